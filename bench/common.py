@@ -1,0 +1,68 @@
+"""Shared benchmark plumbing: interleaved timing, a printed table, a JSON record.
+
+This machine is shared and noisy, so contenders are timed round-robin (one step of
+each in turn, many rounds) and compared by the median of their step times: a burst of
+load from elsewhere hits every contender alike, and the ratios stay meaningful.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+from typing import Callable
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = REPO_ROOT / "bench" / "results"
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+def data_dir() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("BERT_TF_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+def interleaved_medians(steps: dict[str, Callable[[], object]], rounds: int, warmup: int = 2) -> dict[str, float]:
+    """Median seconds per call of each step, timed round-robin after `warmup` calls each."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def print_table(rows: list[dict], columns: list[str]) -> None:
+    widths = {c: max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns}
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    print("  ".join("-" * widths[c] for c in columns))
+    for row in rows:
+        print("  ".join(_fmt(row.get(c)).ljust(widths[c]) for c in columns))
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return "" if value is None else str(value)
+
+
+def write_json(name: str, payload: dict) -> pathlib.Path:
+    """Writes bench/results/<name>.json with the machine it ran on."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "benchmark": name,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        **payload,
+    }
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
