@@ -1,8 +1,9 @@
 """Shared benchmark plumbing: interleaved timing, a printed table, a JSON record.
 
 This machine is shared and noisy, so contenders are timed round-robin (one step of
-each in turn, many rounds) and compared by the median of their step times: a burst of
-load from elsewhere hits every contender alike, and the ratios stay meaningful.
+each in turn, many rounds), and each is summarised by its fastest step: load from
+other processes only ever adds time, so the minimum is the least disturbed estimate of
+a step's cost, and a burst hits every contender alike. Medians are kept alongside.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ def data_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("BERT_TF_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
-def interleaved_medians(steps: dict[str, Callable[[], object]], rounds: int, warmup: int = 2) -> dict[str, float]:
-    """Median seconds per call of each step, timed round-robin after `warmup` calls each."""
+def interleaved_times(
+    steps: dict[str, Callable[[], object]], rounds: int, warmup: int = 2
+) -> dict[str, dict[str, float]]:
+    """{"min", "median"} seconds per call of each step, timed round-robin after `warmup` calls each."""
     for step in steps.values():
         for _ in range(warmup):
             step()
@@ -37,7 +40,7 @@ def interleaved_medians(steps: dict[str, Callable[[], object]], rounds: int, war
             start = time.perf_counter()
             step()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return {name: {"min": min(v), "median": statistics.median(v)} for name, v in times.items()}
 
 
 def print_table(rows: list[dict], columns: list[str]) -> None:

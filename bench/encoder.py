@@ -18,7 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np
 import tensorflow as tf
 
-from bench.common import interleaved_medians, print_table, write_json
+from bench.common import interleaved_times, print_table, write_json
 from bert_tf import BertConfig, BertEncoder
 
 BATCH = {"tiny": 32, "mini": 32, "small": 16, "medium": 8, "base": 8, "large": 4}
@@ -102,19 +102,19 @@ def run_preset(name: str, rounds: int, with_hf: bool) -> list[dict]:
     }
     if with_hf:
         steps["hf_torch"] = huggingface(config, inputs)
-    seconds = interleaved_medians(steps, rounds=rounds)
+    times = interleaved_times(steps, rounds=rounds)
     rows = []
-    for contender, secs in seconds.items():
-        xla = contender.endswith("_xla")
-        baseline = seconds["model_garden_xla" if xla else "model_garden"]
+    for contender, secs in times.items():
+        baseline = times["model_garden_xla" if contender.endswith("_xla") else "model_garden"]
         rows.append({
             "preset": name,
             "contender": contender,
             "batch": batch,
             "seq": SEQ,
-            "seconds_per_step": secs,
-            "sequences_per_s": batch / secs,
-            "vs_model_garden_same_xla": baseline / secs,
+            "min_s_per_step": secs["min"],
+            "median_s_per_step": secs["median"],
+            "sequences_per_s": batch / secs["min"],
+            "vs_model_garden_same_xla": baseline["min"] / secs["min"],
         })
     return rows
 
@@ -126,7 +126,7 @@ def main() -> None:
     parser.add_argument("--no_hf", action="store_true", help="skip HuggingFace/PyTorch")
     args = parser.parse_args()
     rows = [row for preset in args.presets.split(",") for row in run_preset(preset, args.rounds, not args.no_hf)]
-    print_table(rows, ["preset", "contender", "batch", "seq", "seconds_per_step", "sequences_per_s", "vs_model_garden_same_xla"])
+    print_table(rows, ["preset", "contender", "batch", "seq", "min_s_per_step", "median_s_per_step", "sequences_per_s", "vs_model_garden_same_xla"])
     print("wrote", write_json("encoder", {"rounds": args.rounds, "rows": rows}))
 
 

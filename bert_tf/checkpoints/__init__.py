@@ -1,0 +1,234 @@
+"""Loads and saves BERT weights: Google's TF1 checkpoints, HuggingFace directories, `.keras`.
+
+Every loader reads the config from beside the checkpoint (`bert_config.json` for
+TF1, `config.json` for HF, the file itself for `.keras`), applies keyword overrides
+(e.g. `hidden_act="gelu_exact"` to run a Google checkpoint with the erf GELU), builds
+our model and copies the weights in. A checkpoint that does not fit (another size,
+missing layers, ...) raises one `BertTfError` listing the missing, unexpected and
+wrongly shaped variables in the checkpoint's own names.
+
+Pre-training heads: `load_encoder` ignores them. `load_pretrainer` on a checkpoint
+without any head variable (e.g. HF's `BertModel`) warns and leaves the heads freshly
+initialised, as one does to start pre-training from an encoder; a checkpoint with only
+some of them is broken and raises. Variables outside the encoder and the heads (a
+fine-tuned classifier, say) are ignored with a warning.
+
+Example:
+>>> import os, tempfile
+>>> from bert_tf import BertConfig, BertEncoder
+>>> from bert_tf import checkpoints
+>>> encoder = BertEncoder(BertConfig.from_preset("tiny", vocab_size=100))
+>>> path = checkpoints.save(encoder, os.path.join(tempfile.mkdtemp(), "tiny"), "hf")
+>>> checkpoints.detect_format(path)
+'hf'
+>>> checkpoints.load_encoder(path, hidden_act="gelu").bert_config.hidden_act
+'gelu'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import warnings
+from typing import Any
+
+from bert_tf.checkpoints import hf, keras_format, names, tf1
+from bert_tf.checkpoints.base import VOCAB_NAME, Checkpoint
+from bert_tf.config import BertConfig
+from bert_tf.encoder import BertEncoder
+from bert_tf.errors import BertTfError
+from bert_tf.pretrainer import BertPretrainer
+
+FORMATS = ("tf1", "hf", "keras")
+_READERS = {"tf1": tf1.read, "hf": hf.read, "keras": keras_format.read}
+
+__all__ = [
+    "FORMATS",
+    "Checkpoint",
+    "build_model",
+    "detect_format",
+    "load",
+    "load_encoder",
+    "load_pretrainer",
+    "read_checkpoint",
+    "save",
+]
+
+
+# === Reading ===
+def detect_format(path: str | os.PathLike) -> str:
+    """"tf1", "hf" or "keras": the format of the checkpoint at `path`."""
+    path = hf.directory_of(os.fspath(path))
+    if keras_format.model_file(path):
+        return "keras"
+    if os.path.isdir(path) and hf.weights_file(path):
+        return "hf"
+    if tf1.find_prefix(path):
+        return "tf1"
+    if not os.path.exists(path):
+        raise BertTfError(f"Checkpoint {path} does not exist.")
+    raise BertTfError(
+        f"{path} is not a checkpoint bert_tf can read: expected a TF1 checkpoint with {tf1.CONFIG_NAME}, "
+        f"a HuggingFace directory with {hf.CONFIG_NAME} and {hf.SAFETENSORS_NAME} or {hf.TORCH_NAME}, "
+        "or a .keras file."
+    )
+
+
+def _override(config: BertConfig, overrides: dict[str, Any]) -> BertConfig:
+    fields = {field.name for field in dataclasses.fields(BertConfig)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise BertTfError(
+            f"Unknown config override {unknown[0]!r}; use BertConfig fields: {', '.join(sorted(fields))}."
+        )
+    return dataclasses.replace(config, **overrides)
+
+
+def read_checkpoint(path: str | os.PathLike, **config_overrides: Any) -> Checkpoint:
+    """Reads any supported checkpoint (weights under its own names) and its config.
+
+    Example:
+    >>> import os, tempfile
+    >>> from bert_tf import BertConfig, BertEncoder
+    >>> path = save(BertEncoder(BertConfig.from_preset("tiny", vocab_size=100)),
+    ...             os.path.join(tempfile.mkdtemp(), "tiny"), "tf1")
+    >>> checkpoint = read_checkpoint(path, hidden_dropout_prob=0.0)
+    >>> checkpoint.format, checkpoint.has_heads, checkpoint.config.hidden_dropout_prob
+    ('tf1', False, 0.0)
+    """
+    path = hf.directory_of(os.fspath(path))
+    checkpoint = _READERS[detect_format(path)](path)
+    if config_overrides:
+        checkpoint.config = _override(checkpoint.config, config_overrides)
+        settings = ", ".join(f"{key}={value!r}" for key, value in config_overrides.items())
+        checkpoint.config_source = f"{checkpoint.config_source} with {settings}"
+    return checkpoint
+
+
+def _describe(config: BertConfig) -> str:
+    return (
+        f"{config.num_hidden_layers} layers, hidden size {config.hidden_size}, "
+        f"intermediate size {config.intermediate_size}, vocab {config.vocab_size}, "
+        f"{config.max_position_embeddings} positions"
+    )
+
+
+def _fill(model: BertEncoder | BertPretrainer, checkpoint: Checkpoint) -> None:
+    """Copies the checkpoint's weights into `model`, or raises listing every mismatch."""
+    slots = names.model_slots(model)
+    scopes: tuple[str, ...] = (names.ENCODER,)
+    if isinstance(model, BertPretrainer):
+        if checkpoint.has_heads:
+            scopes = (names.ENCODER, names.HEADS)
+        else:
+            warnings.warn(
+                f"{checkpoint.path} has no pre-training heads, so the masked-LM and next-sentence heads "
+                "start from a fresh initialisation.",
+                stacklevel=4,
+            )
+            slots = names.encoder_slots(model.encoder)
+    assignments, mismatch = names.plan(slots, checkpoint.weights, checkpoint.naming, scopes)
+    if mismatch:
+        raise BertTfError(
+            f"The weights in {checkpoint.path} do not fit the BERT described by {checkpoint.config_source} "
+            f"({_describe(checkpoint.config)}): {mismatch.describe()}."
+        )
+    ignored = [name for name in checkpoint.weights if checkpoint.naming.scope(name) is None]
+    if ignored:
+        warnings.warn(
+            f"Ignoring {len(ignored)} variables of {checkpoint.path} that belong neither to the BERT encoder "
+            f"nor to its pre-training heads, e.g. {', '.join(ignored[:3])}.",
+            stacklevel=4,
+        )
+    names.assign(assignments)
+
+
+def build_model(
+    checkpoint: Checkpoint, heads: bool | None = None, dtype: Any = None
+) -> BertEncoder | BertPretrainer:
+    """Our model with the weights of a `Checkpoint` from `read_checkpoint`.
+
+    Args:
+        checkpoint: what `read_checkpoint` returned.
+        heads: True for a `BertPretrainer`, False for a `BertEncoder`, None for
+            whichever the checkpoint holds.
+        dtype: a Keras dtype policy for the model, e.g. "mixed_bfloat16".
+    """
+    encoder = BertEncoder(checkpoint.config, dtype=dtype)
+    with_heads = checkpoint.has_heads if heads is None else heads
+    model = BertPretrainer(encoder) if with_heads else encoder
+    _fill(model, checkpoint)
+    return model
+
+
+def load_encoder(path: str | os.PathLike, *, dtype: Any = None, **config_overrides: Any) -> BertEncoder:
+    """A `BertEncoder` with the weights of the checkpoint at `path` (any format).
+
+    Args:
+        path: a TF1 checkpoint prefix or its directory, an HF directory, a `.keras`
+            file or a directory written by `save`.
+        dtype: a Keras dtype policy for the model, e.g. "mixed_bfloat16".
+        **config_overrides: `BertConfig` fields to change, e.g. `hidden_act="gelu_exact"`.
+    """
+    return build_model(read_checkpoint(path, **config_overrides), False, dtype)
+
+
+def load_pretrainer(path: str | os.PathLike, *, dtype: Any = None, **config_overrides: Any) -> BertPretrainer:
+    """A `BertPretrainer` (encoder + masked-LM and next-sentence heads) from `path`.
+
+    Heads absent from the checkpoint start fresh, with a warning (see the module doc).
+    """
+    return build_model(read_checkpoint(path, **config_overrides), True, dtype)
+
+
+def load(path: str | os.PathLike, *, dtype: Any = None, **config_overrides: Any) -> BertEncoder | BertPretrainer:
+    """The model the checkpoint holds: a `BertPretrainer` if it has pre-training heads, else a `BertEncoder`."""
+    return build_model(read_checkpoint(path, **config_overrides), None, dtype)
+
+
+# === Writing ===
+def _write(model: BertEncoder | BertPretrainer, directory: str, format: str) -> None:
+    encoder = model.encoder if isinstance(model, BertPretrainer) else model
+    if format == "keras":
+        keras_format.write(directory, model)
+        return
+    weights = names.collect(names.model_slots(model))
+    writer = tf1.write if format == "tf1" else hf.write
+    writer(directory, weights, encoder.bert_config)
+
+
+def save(
+    model: BertEncoder | BertPretrainer,
+    path: str | os.PathLike,
+    format: str,
+    *,
+    vocab_file: str | os.PathLike | None = None,
+) -> str:
+    """Writes `model` as a new directory `path` in `format` ("tf1", "hf" or "keras").
+
+    The directory holds the weights, the config (`bert_config.json` or HF's
+    `config.json`) and a copy of `vocab_file` as `vocab.txt`. It is written under a
+    temporary name and renamed when complete, so `path` never holds half a checkpoint.
+    Returns `path`, which every loader here accepts.
+    """
+    path = os.fspath(path)
+    if format not in FORMATS:
+        raise BertTfError(f"Unknown checkpoint format {format!r}; use one of {', '.join(FORMATS)}.")
+    if os.path.exists(path):
+        raise BertTfError(f"Output {path} already exists; remove it or choose another path.")
+    if vocab_file is not None:
+        if not os.path.isfile(vocab_file):
+            raise BertTfError(f"Vocabulary file {os.fspath(vocab_file)} does not exist.")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    temporary = f"{path}.tmp-{os.getpid()}"
+    os.makedirs(temporary)
+    try:
+        _write(model, temporary, format)
+        if vocab_file is not None:
+            shutil.copyfile(vocab_file, os.path.join(temporary, VOCAB_NAME))
+        os.rename(temporary, path)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return path

@@ -1,0 +1,1 @@
+"""Command-line tools for BERT checkpoints; see `checkpoints.convert`."""
