@@ -33,15 +33,15 @@ import shutil
 import warnings
 from typing import Any
 
-from bert_tf.checkpoints import hf, keras_format, names, tf1
+from bert_tf.checkpoints import hf, keras_format, names, tf1, training_format
 from bert_tf.checkpoints.base import VOCAB_NAME, Checkpoint
 from bert_tf.config import BertConfig
 from bert_tf.encoder import BertEncoder
 from bert_tf.errors import BertTfError
 from bert_tf.pretrainer import BertPretrainer
 
-FORMATS = ("tf1", "hf", "keras")
-_READERS = {"tf1": tf1.read, "hf": hf.read, "keras": keras_format.read}
+FORMATS = ("tf1", "hf", "keras")  # what `save` writes
+_READERS = {"tf1": tf1.read, "hf": hf.read, "keras": keras_format.read, "training": training_format.read}
 
 __all__ = [
     "FORMATS",
@@ -58,12 +58,14 @@ __all__ = [
 
 # === Reading ===
 def detect_format(path: str | os.PathLike) -> str:
-    """"tf1", "hf" or "keras": the format of the checkpoint at `path`."""
+    """"tf1", "hf", "keras" or "training" (a run_pretraining.py checkpoint): the format at `path`."""
     path = hf.directory_of(os.fspath(path))
     if keras_format.model_file(path):
         return "keras"
     if os.path.isdir(path) and hf.weights_file(path):
         return "hf"
+    if training_format.find_training_prefix(path):
+        return "training"
     if tf1.find_prefix(path):
         return "tf1"
     if not os.path.exists(path):
@@ -71,7 +73,7 @@ def detect_format(path: str | os.PathLike) -> str:
     raise BertTfError(
         f"{path} is not a checkpoint bert_tf can read: expected a TF1 checkpoint with {tf1.CONFIG_NAME}, "
         f"a HuggingFace directory with {hf.CONFIG_NAME} and {hf.SAFETENSORS_NAME} or {hf.TORCH_NAME}, "
-        "or a .keras file."
+        "a .keras file, or a run_pretraining.py output directory."
     )
 
 
@@ -167,7 +169,8 @@ def load_encoder(path: str | os.PathLike, *, dtype: Any = None, **config_overrid
 
     Args:
         path: a TF1 checkpoint prefix or its directory, an HF directory, a `.keras`
-            file or a directory written by `save`.
+            file, a directory written by `save`, or a `run_pretraining.py` checkpoint
+            (its prefix or output directory).
         dtype: a Keras dtype policy for the model, e.g. "mixed_bfloat16".
         **config_overrides: `BertConfig` fields to change, e.g. `hidden_act="gelu_exact"`.
     """

@@ -1,0 +1,81 @@
+"""Our pre-training checkpoints: `tf.train.Checkpoint(model=BertPretrainer, optimizer=...)`.
+
+`run_pretraining.py` saves object-based checkpoints (`ckpt-N.index` / `.data-*`, the
+model under the key `model`, plus optimizer, step and input state) with
+`bert_config.json` beside them. Reading one builds a `BertPretrainer` of that config,
+restores only the model from it, and hands its weights on under TF1 names, so every
+loader (fine-tuning, conversion, `--init_checkpoint`) accepts a pre-training output
+directory as it is.
+"""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+from bert_tf.checkpoints import names
+from bert_tf.checkpoints.base import Checkpoint, first_line, vocab_beside
+from bert_tf.checkpoints.tf1 import CONFIG_NAME, find_prefix
+from bert_tf.config import BertConfig
+from bert_tf.encoder import BertEncoder
+from bert_tf.errors import BertTfError
+from bert_tf.pretrainer import BertPretrainer
+
+MODEL_KEY = "model"
+
+
+def find_training_prefix(path: str) -> str | None:
+    """The prefix of an object-based checkpoint holding a `model`, or None."""
+    prefix = find_prefix(path)
+    if prefix is None:
+        return None
+    try:
+        variables = tf.train.list_variables(prefix)
+    except (tf.errors.OpError, ValueError):
+        return None
+    return prefix if any(name.startswith(f"{MODEL_KEY}/") for name, _ in variables) else None
+
+
+def _model_variable_count(prefix: str) -> int:
+    """How many variables the checkpoint's `model` object holds (walking its object graph).
+
+    Restoring checks that every variable of our model is in the checkpoint; this count
+    catches the converse (a checkpoint with more layers than the config says).
+    """
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(tf.train.load_checkpoint(prefix).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    roots = [child.node_id for child in graph.nodes[0].children if child.local_name == MODEL_KEY]
+    seen: set[int] = set()
+    while roots:
+        node = roots.pop()
+        if node not in seen:
+            seen.add(node)
+            roots.extend(child.node_id for child in graph.nodes[node].children)
+    return sum(any(a.name == "VARIABLE_VALUE" for a in graph.nodes[n].attributes) for n in seen)
+
+
+def read(path: str) -> Checkpoint:
+    """Restores the model of a pre-training checkpoint and returns its weights under TF1 names."""
+    prefix = find_training_prefix(path)
+    if prefix is None:
+        raise BertTfError(f"{path} is not a bert_tf training checkpoint (no object-based checkpoint with a model).")
+    config_file = os.path.join(os.path.dirname(prefix), CONFIG_NAME)
+    if not os.path.isfile(config_file):
+        raise BertTfError(f"The training checkpoint {prefix} has no {CONFIG_NAME} beside it ({config_file} does not exist).")
+    config = BertConfig.from_json_file(config_file)
+    model = BertPretrainer(BertEncoder(config))
+    try:
+        status = tf.train.Checkpoint(**{MODEL_KEY: model}).read(prefix)
+        status.expect_partial().assert_existing_objects_matched()
+        found = _model_variable_count(prefix)
+        if found != len(model.weights):
+            raise ValueError(f"it holds {found} model variables where the config gives {len(model.weights)}")
+    except (AssertionError, ValueError, tf.errors.OpError) as error:
+        raise BertTfError(
+            f"The training checkpoint {prefix} does not hold a BERT pre-training model of the config in "
+            f"{config_file} ({first_line(error)})."
+        ) from None
+    weights = names.collect(names.model_slots(model))
+    return Checkpoint("training", prefix, config, config_file, weights, names.TF1_NAMING, vocab_beside(os.path.dirname(prefix)))
