@@ -3,11 +3,29 @@
 The model modules (`layers`, `encoder`, `pretrainer`, `losses`) use `keras.ops` only,
 so they also run with `KERAS_BACKEND=jax`; `tokenization` is pure Python; TF-only code
 (tf.data, TFRecords, tensorflow-text, checkpoints) lives in its own modules.
+
+The names below are imported on first use, so `import bert_tf.tokenization` (used by
+the data generator's worker processes) does not pay for importing Keras.
 """
 
-from bert_tf.config import PRESETS, BertConfig, BertConfigError
-from bert_tf.encoder import BertEncoder
-from bert_tf.errors import BertTfError
-from bert_tf.pretrainer import BertPretrainer
+from __future__ import annotations
 
-__all__ = ["PRESETS", "BertConfig", "BertConfigError", "BertEncoder", "BertPretrainer", "BertTfError"]
+import importlib
+
+_EXPORTS = {
+    "PRESETS": "bert_tf.config",
+    "BertConfig": "bert_tf.config",
+    "BertConfigError": "bert_tf.config",
+    "BertTfError": "bert_tf.errors",
+    "BertEncoder": "bert_tf.encoder",
+    "BertPretrainer": "bert_tf.pretrainer",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'bert_tf' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

@@ -1,22 +1,30 @@
 """The original BERT tokenizer as TensorFlow graph ops, for whole batches of text.
 
 `FastBertTokenizer` gives the same WordPiece ids as `bert_tf.tokenization.FullTokenizer`
-(and so as Google's original), for every input, but runs as a handful of vectorised
-ops per batch: inside `tf.data`, in a SavedModel, with no Python per text.
+(and so as Google's original) for every input, as a `tf.Module` that runs inside
+`tf.data` and in a SavedModel, with no Python per text.
 
-How it stays exact: the original's character rules (cleaning, whitespace, CJK
-spacing, `str.lower()` + NFD + strip Mn, punctuation split) are not re-implemented
-with ICU-based TF string ops, whose Unicode version and casing rules differ from
-Python's (`İ`, final sigma, ...). Instead one table, computed at construction from
-Python's own `unicodedata` through `tokenization.char_pieces`, says for every code
-point what the original makes of it (one character and whether it starts, continues
-or separates words; several characters; or nothing). The two context-dependent
-cases of the original, both rare, are handled in their own graph branch: the Greek
-final sigma (decided from the neighbours, as `str.lower()` does) and the canonical
-reordering of NFD (a stable sort by combining class inside each run). Words are then
-cut from the per-character kinds and given to `tf_text.FastWordpieceTokenizer`; the
-original's word-length limit is in characters, so it is applied here, not as
-FastWordpieceTokenizer's byte limit.
+Each text takes one of two paths, both exact:
+
+- The string path (nearly every text): a few whole-string ops (RE2 deletion of the
+  characters the original cleans away; for uncased vocabularies ICU lower-casing,
+  NFD and RE2 removal of the Mn marks) and then `tf_text.FastWordpieceTokenizer`,
+  which splits words on whitespace, punctuation and CJK itself, in C++. These ops
+  follow ICU's and RE2's Unicode versions and rules, not Python's; so at construction
+  every code point is run through them in the probe `a<c>a` and compared with what
+  the original makes of it. The code points that disagree (new characters that one
+  Unicode version knows and the other doesn't), together with the two cases where the
+  original is not "one character at a time" (the final sigma of `str.lower()`, and NFD
+  reordering of non-Mn combining marks), send a text to the exact path. So do invalid
+  UTF-8 and words longer than the length limit in bytes, which the string path cannot
+  judge in characters. None of the shared corpora has such a text.
+- The exact path: the text as code points, each looked up in a table computed from
+  Python's own `unicodedata` through `tokenization.char_pieces` (what the original
+  makes of that character alone), the context cases resolved with vectorised ops,
+  words cut from the per-character kinds, and FastWordpieceTokenizer on those words.
+
+"The original" is the original run by the Python that builds the tokenizer (Unicode
+14 for Python 3.11): a SavedModel keeps that Python's tables.
 
 Example:
 >>> import tempfile, os
@@ -24,8 +32,8 @@ Example:
 >>> path = os.path.join(tempfile.mkdtemp(), "vocab.txt")
 >>> _ = open(path, "w", encoding="utf-8").write("\\n".join(tokens) + "\\n")
 >>> tokenizer = FastBertTokenizer(path, do_lower_case=True)
->>> tokenizer(tf.constant(["UNaffable, Unaffäble!", ""])).to_list()
-[[5, 6, 7, 8, 5, 6, 7, 9], []]
+>>> tokenizer(tf.constant(["UNaffable, Unaffäble!", "", "ΣΑΣ"])).to_list()
+[[5, 6, 7, 8, 5, 6, 7, 9], [], [1]]
 >>> tokenizer.tokenize_to_ids(["unaffable"])
 [[5, 6, 7]]
 """
@@ -35,7 +43,7 @@ from __future__ import annotations
 import functools
 import os
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -44,9 +52,10 @@ import tensorflow_text as tf_text
 from bert_tf import tokenization
 
 _NUM_CODE_POINTS = 0x110000
+_SURROGATES = range(0xD800, 0xE000)
 _CAPITAL_SIGMA, _SMALL_SIGMA, _FINAL_SIGMA = 0x3A3, 0x3C3, 0x3C2
 
-# Layout of one entry of the code point table (int32):
+# Layout of one entry of the exact path's code point table (int32):
 #   bits 0-20   payload: the output code point, or an index into the expansion table
 #   bits 21-22  kind: WORD, SOLO or SPACE of `tokenization`, or _DELETED
 #   bit  23     _EXPAND: the code point gives several characters (payload = index)
@@ -61,24 +70,54 @@ _SIGMA_SHIFT = 25
 _TRANSPARENT, _CASED, _OTHER = 0, 1, 2
 # Payload, kind and _EXPAND: what an entry means once flags and sigma bits are dropped.
 _ENTRY_MASK = (1 << 24) - 1
-_EXPAND_OR_DELETED = _DELETED << _KIND_SHIFT  # entries at or above this (masked) do either
+_EXPAND_OR_DELETED = _DELETED << _KIND_SHIFT  # Masked entries at or above this do either.
+
+
+# ---------------------------------------------------------------------------------------
+# Tables, computed once per process from Python's `unicodedata`.
+
+
+@functools.lru_cache(maxsize=1)
+def _code_points_to_compute() -> tuple[int, ...]:
+    """Code points whose treatment may differ from "itself, a word character".
+
+    Unassigned, private-use and surrogate code points are left alone by every step of
+    the original, except inside the CJK ranges, which are split off regardless.
+    """
+    cjk = {cp for low, high in tokenization.CJK_RANGES for cp in range(low, high + 1)}
+    return tuple(
+        cp for cp in range(_NUM_CODE_POINTS) if cp in cjk or unicodedata.category(chr(cp)) not in ("Cn", "Co", "Cs")
+    )
+
+
+@functools.lru_cache(maxsize=2)
+def _pieces(do_lower_case: bool) -> dict[int, tuple[tuple[str, int], ...]]:
+    """`tokenization.char_pieces` of every code point of `_code_points_to_compute`."""
+    return {cp: tokenization.char_pieces(chr(cp), do_lower_case) for cp in _code_points_to_compute()}
+
+
+@functools.lru_cache(maxsize=1)
+def _context_code_points() -> frozenset[int]:
+    """The code points for which `tokenization.needs_context` holds."""
+    return frozenset(cp for cp in _code_points_to_compute() if tokenization.needs_context(chr(cp)))
 
 
 def _entry(cp: int, kind: int) -> int:
     return cp | kind << _KIND_SHIFT
 
 
-def _sigma_role(ch: str) -> int:
-    """Where `ch` stands in Python's final-sigma rule, found by asking `str.lower()`.
+def _sigma_role(cp: int) -> int:
+    """Where `chr(cp)` stands in Python's final-sigma rule, found by asking `str.lower()`.
 
     Python lower-cases `Σ` to `ς` when a cased letter precedes it (skipping
     case-ignorable characters) and none follows it. Neither property is exposed by
     `unicodedata`, so we probe: `ch + Σ` is final only if `ch` is cased and not
     ignorable; `A + ch + Σ` is final if `ch` is cased or ignorable.
     """
-    if tokenization.char_pieces(ch, do_lower_case=True) == ():
+    ch = chr(cp)
+    if not _pieces(True)[cp]:
         return _TRANSPARENT  # Cleaned away before lower-casing ever sees it.
-    if tokenization.is_whitespace(ch) or ch.isspace() or tokenization.is_cjk(ord(ch)):
+    if tokenization.is_whitespace(ch) or ch.isspace() or tokenization.is_cjk(cp):
         return _OTHER  # They end the word that `str.lower()` sees.
     if (ch + "\u03a3").lower()[-1] == "\u03c2":
         return _CASED
@@ -87,24 +126,11 @@ def _sigma_role(ch: str) -> int:
     return _OTHER
 
 
-def _code_points_to_compute() -> list[int]:
-    """Code points whose entry may differ from "itself, a word character".
-
-    Unassigned, private-use and surrogate code points are left alone by every step of
-    the original, except inside the CJK ranges, which are split off regardless.
-    """
-    cjk = {cp for low, high in tokenization.CJK_RANGES for cp in range(low, high + 1)}
-    return [
-        cp
-        for cp in range(_NUM_CODE_POINTS)
-        if cp in cjk or unicodedata.category(chr(cp)) not in ("Cn", "Co", "Cs")
-    ]
-
-
 def _ragged_table(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`rows` as (starts, lengths, values). `values` begins with a dummy element so that
-    gathering at index 0 is always valid, even when there are no rows."""
-    lengths = np.array([len(row) for row in rows], dtype=np.int32)
+    """`rows` as (starts, lengths, values), each with a dummy element (an empty row at
+    the end, a value at the start) so that gathering at index 0 is always valid, even
+    when there are no rows: `tf.where` computes both of its sides."""
+    lengths = np.array([len(row) for row in rows] + [0], dtype=np.int32)
     starts = (1 + np.cumsum(lengths) - lengths).astype(np.int32)
     values = np.array([0] + [v for row in rows for v in row], dtype=np.int32)
     return starts, lengths, values
@@ -112,12 +138,10 @@ def _ragged_table(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.nda
 
 @functools.lru_cache(maxsize=2)
 def _tables(do_lower_case: bool) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The code point table, and the ragged table of the expansions it points to."""
+    """The exact path's code point table, and the ragged table of its expansions."""
     table = np.arange(_NUM_CODE_POINTS, dtype=np.int32) | np.int32(_OTHER << _SIGMA_SHIFT)
     expansions: list[list[int]] = []
-    for cp in _code_points_to_compute():
-        ch = chr(cp)
-        pieces = tokenization.char_pieces(ch, do_lower_case)
+    for cp, pieces in _pieces(do_lower_case).items():
         if not pieces:
             entry = _entry(0, _DELETED)
         elif len(pieces) == 1:
@@ -126,8 +150,8 @@ def _tables(do_lower_case: bool) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarr
             entry = _EXPAND | len(expansions)
             expansions.append([_entry(ord(c), kind) for c, kind in pieces])
         if do_lower_case:
-            entry |= _sigma_role(ch) << _SIGMA_SHIFT
-            if cp != _CAPITAL_SIGMA and tokenization.needs_context(ch):
+            entry |= _sigma_role(cp) << _SIGMA_SHIFT
+            if cp != _CAPITAL_SIGMA and cp in _context_code_points():
                 entry |= _REORDER
         table[cp] = entry
     return table, _ragged_table(expansions)
@@ -142,9 +166,8 @@ def _reorder_tables() -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndar
     Mn, with `2 * combining class + is_mn` for each.
     """
     keys, rows, mark_keys, mark_values = [], [], [], []
-    for cp in _code_points_to_compute():
+    for cp, pieces in _pieces(False).items():
         ch = chr(cp)
-        pieces = tokenization.char_pieces(ch, do_lower_case=False)
         if not pieces or pieces[0][1] == tokenization.SPACE:
             full = [c for c, _ in pieces]  # Cleaned away, or whitespace.
         else:
@@ -159,6 +182,86 @@ def _reorder_tables() -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndar
     return np.array(keys, np.int64), _ragged_table(rows), np.array(mark_keys, np.int64), np.array(mark_values, np.int64)
 
 
+def _char_class(code_points: Iterable[int]) -> str:
+    """An RE2 character class of exactly `code_points` (as ranges)."""
+    ranges: list[list[int]] = []
+    for cp in sorted(code_points):
+        if ranges and cp == ranges[-1][1] + 1:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp])
+    return "[" + "".join(f"\\x{{{a:x}}}" if a == b else f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in ranges) + "]"
+
+
+@functools.lru_cache(maxsize=1)
+def _string_path_classes() -> tuple[str, str]:
+    """RE2 classes of the characters the original cleans away, and of the Mn marks."""
+    cleaned = [cp for cp, pieces in _pieces(False).items() if not pieces]
+    marks = [cp for cp in _code_points_to_compute() if unicodedata.category(chr(cp)) == "Mn"]
+    return _char_class(cleaned), _char_class(marks)
+
+
+def _normalize_strings(texts: tf.Tensor, do_lower_case: bool) -> tf.Tensor:
+    """The string path's normalisation: clean, then lower-case + NFD + strip Mn.
+
+    Texts must be valid UTF-8. Lower-casing ASCII texts needs neither ICU nor NFD.
+    ICU lower-cases for the process's locale: ASCII letters are lower-cased before it
+    sees them, so that its Turkish rule (I to dotless ı) never applies; its other
+    locale rules (Lithuanian, and Turkish İ) only add or drop marks, which are stripped.
+    """
+    cleaned, marks = _string_path_classes()
+    # Also removes NUL, before ICU's lower-casing would stop at it.
+    texts = tf.strings.regex_replace(texts, cleaned, "")
+    if not do_lower_case:
+        return texts
+    is_ascii = tf.cast(tf.equal(tf.strings.length(texts), tf.strings.length(texts, unit="UTF8_CHAR")), tf.int32)
+    other, ascii_ = tf.dynamic_partition(texts, is_ascii, 2)
+    other_rows, ascii_rows = tf.dynamic_partition(tf.range(tf.size(texts)), is_ascii, 2)
+    other = tf.strings.lower(tf.strings.lower(other), encoding="utf-8")
+    other = tf.strings.regex_replace(tf_text.normalize_utf8(other, "NFD"), marks, "")
+    return tf.dynamic_stitch([other_rows, ascii_rows], [other, tf.strings.lower(ascii_)])
+
+
+def _probe_words(probes: list[str], do_lower_case: bool) -> list[str]:
+    """The words the string path cuts each probe into, joined by spaces."""
+    # Every word becomes one token (no "##" piece matches), so offsets give the words.
+    splitter = tf_text.FastWordpieceTokenizer(vocab=["[UNK]", "a"], no_pretokenization=False)
+    normalized = _normalize_strings(tf.constant(probes), do_lower_case)
+    _, starts, ends = splitter.tokenize_with_offsets(normalized)
+    words = tf.strings.substr(
+        tf.gather(normalized, starts.value_rowids()), starts.flat_values, ends.flat_values - starts.flat_values
+    )
+    joined = tf.strings.reduce_join(starts.with_flat_values(words), axis=1, separator=" ")
+    return [text.decode("utf-8") for text in joined.numpy()]
+
+
+@functools.lru_cache(maxsize=2)
+def _unsafe_code_points(do_lower_case: bool, chunk: int = 256) -> tuple[int, ...]:
+    """The code points that send a text to the exact path (see the module docstring).
+
+    The computed code points are probed one by one. The others, which the original
+    leaves alone, are probed `chunk` at a time as one word, which the string path must
+    leave alone too; a chunk where it does not (characters that ICU or RE2 know and
+    Python does not) is unsafe as a whole, since their NFD reordering, if any, is not
+    known here.
+    """
+    computed = _pieces(do_lower_case)
+    probes = [f"a{chr(cp)}a" for cp in computed]
+    expected = [" ".join(f"a{tokenization.pieces_to_text(pieces)}a".split()) for pieces in computed.values()]
+    others = [cp for cp in range(_NUM_CODE_POINTS) if cp not in computed and cp not in _SURROGATES]
+    chunks = [others[start : start + chunk] for start in range(0, len(others), chunk)]
+    chunk_probes = ["a" + "".join(map(chr, cps)) + "a" for cps in chunks]
+    words = _probe_words(probes + chunk_probes, do_lower_case)
+    unsafe = set(_SURROGATES)  # Not valid in UTF-8: RE2 accepts them, Python does not.
+    unsafe.update(cp for cp, got, want in zip(computed, words, expected) if got != want)
+    for cps, got, want in zip(chunks, words[len(probes) :], chunk_probes):
+        if got != want:
+            unsafe.update(cps)
+    if do_lower_case:
+        unsafe.update(_context_code_points())
+    return tuple(sorted(unsafe))
+
+
 def _static_table(keys: np.ndarray, values: np.ndarray, default: int) -> tf.lookup.StaticHashTable:
     initializer = tf.lookup.KeyValueTensorInitializer(keys, values)
     return tf.lookup.StaticHashTable(initializer, default_value=default)
@@ -168,14 +271,26 @@ def _wordpiece_vocab(vocab: dict[str, int]) -> list[str]:
     """The vocabulary as FastWordpieceTokenizer wants it: a list, token i at index i.
 
     Ids that no token maps to (the earlier line of a repeated token, like in the
-    original) and empty tokens get a filler containing a space: words never do, so
-    it never matches.
+    original), the empty token and a bare "##" (which the original can never output:
+    every piece has a character) get a filler with U+FFFD, which no word contains.
     """
-    tokens = [f" unused {index}" for index in range(max(vocab.values()) + 1)]
+    tokens = [f"\ufffdunused{index}" for index in range(max(vocab.values()) + 1)]
     for token, index in vocab.items():
-        if token:
+        if token not in ("", "##"):
             tokens[index] = token
     return tokens
+
+
+# ---------------------------------------------------------------------------------------
+# Graph helpers.
+
+
+def _row_ids(row_splits: tf.Tensor) -> tf.Tensor:
+    """`RaggedTensor.value_rowids()` as int32, without its `tf.repeat`, whose cost grows
+    with the longest row times the number of rows."""
+    num_values = tf.cast(row_splits[-1], tf.int32)
+    starts = tf.math.bincount(tf.cast(row_splits[1:-1], tf.int32), minlength=num_values, maxlength=num_values)
+    return tf.cumsum(starts)
 
 
 def _spell_out(
@@ -186,8 +301,9 @@ def _spell_out(
 
     Returns the elements and, for each, the index of the input it came from.
     """
-    source = tf.repeat(tf.range(tf.size(lengths)), lengths)
-    offsets = tf.range(tf.size(source)) - tf.gather(tf.cumsum(lengths, exclusive=True), source)
+    row_splits = tf.concat([tf.zeros([1], tf.int32), tf.cumsum(lengths)], axis=0)
+    source = _row_ids(row_splits)
+    offsets = tf.range(tf.size(source)) - tf.gather(row_splits, source)
     source_starts = tf.gather(starts, source)
     from_table = tf.gather(table_values, tf.maximum(source_starts, 0) + offsets)
     return tf.where(source_starts >= 0, from_table, tf.gather(singles, source)), source
@@ -200,6 +316,9 @@ def _shifted_right(x: tf.Tensor, first: bool | int) -> tf.Tensor:
 
 class FastBertTokenizer(tf.Module):
     """Batched, exact BERT tokenization: strings `[batch]` to ids `[batch, (tokens)]`.
+
+    Construction takes a few seconds (the tables and the probe of every code point,
+    shared by later instances); a SavedModel of it loads without that.
 
     Args:
         vocab_file: a BERT `vocab.txt`.
@@ -216,6 +335,19 @@ class FastBertTokenizer(tf.Module):
         self.do_lower_case = do_lower_case
         self.max_input_chars_per_word = max_input_chars_per_word
         self.unk_token = "[UNK]"
+        self._unk_id = vocab[self.unk_token]
+        wordpiece_vocab = _wordpiece_vocab(vocab)
+        # String path. A word of at most `max_input_chars_per_word` bytes has at most
+        # that many characters; a longer one comes out as [UNK] and is re-judged by
+        # the exact path.
+        self._safe_pattern = "[^" + _char_class(_unsafe_code_points(do_lower_case))[1:] + "*"
+        self._end_to_end = tf_text.FastWordpieceTokenizer(
+            vocab=wordpiece_vocab,
+            max_bytes_per_word=max_input_chars_per_word,
+            token_out_type=tf.int64,
+            unknown_token=self.unk_token,
+        )
+        # Exact path.
         table, (starts, lengths, values) = _tables(do_lower_case)
         self._table = tf.constant(table)
         self._expansion_starts = tf.constant(starts)
@@ -229,10 +361,9 @@ class FastBertTokenizer(tf.Module):
             self._nfd_values = tf.constant(values)
             self._marks = _static_table(mark_keys, mark_values, 0)
         self._wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=_wordpiece_vocab(vocab),
-            suffix_indicator="##",
-            # The original's limit counts characters and is applied in `_word_ids`;
-            # this byte limit only has to let every word within it through.
+            vocab=wordpiece_vocab,
+            # The exact path applies the character limit itself, before this; the byte
+            # limit only has to let every word within it through.
             max_bytes_per_word=4 * max_input_chars_per_word,
             token_out_type=tf.int64,
             unknown_token=self.unk_token,
@@ -241,12 +372,49 @@ class FastBertTokenizer(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def __call__(self, texts: tf.Tensor) -> tf.RaggedTensor:
-        """WordPiece ids of each text: int64 `[batch, (tokens)]`."""
+        """WordPiece ids of each text (UTF-8 bytes): int64 `[batch, (tokens)]`."""
+        safe = tf.strings.regex_full_match(texts, self._safe_pattern)
+        string_rows = tf.where(safe)[:, 0]
+        ids, redo = self._string_path_ids(tf.gather(texts, string_rows))
+        exact_rows = tf.concat([tf.where(~safe)[:, 0], tf.boolean_mask(string_rows, redo)], axis=0)
+
+        def merged() -> tf.RaggedTensor:
+            kept = tf.where(~redo)[:, 0]
+            all_ids = tf.concat([tf.gather(ids, kept), self._exact_ids(tf.gather(texts, exact_rows))], axis=0)
+            order = tf.concat([tf.gather(string_rows, kept), exact_rows], axis=0)
+            return tf.gather(all_ids, tf.math.invert_permutation(order))
+
+        return tf.cond(tf.size(exact_rows) > 0, merged, lambda: ids)
+
+    def tokenize_to_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Eager convenience: a list of texts to lists of ids."""
+        ids = self(tf.constant([text.encode("utf-8") for text in texts], tf.string))
+        # Much faster than `RaggedTensor.to_list()`.
+        values, splits = ids.flat_values.numpy().tolist(), ids.row_splits.numpy().tolist()
+        return [values[start:end] for start, end in zip(splits, splits[1:])]
+
+    # String path -----------------------------------------------------------------------
+
+    def _string_path_ids(self, texts: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
+        """The ids of the string path, and which texts it could not judge."""
+        normalized = _normalize_strings(texts, self.do_lower_case)
+        ids, starts, ends = self._end_to_end.tokenize_with_offsets(normalized)
+        too_long = tf.equal(ids.flat_values, self._unk_id) & (
+            ends.flat_values - starts.flat_values > self.max_input_chars_per_word
+        )
+        positions = tf.where(too_long)[:, 0]
+        rows = tf.searchsorted(ids.row_splits, positions, side="right", out_type=tf.int64) - 1
+        hits = tf.scatter_nd(tf.expand_dims(rows, 1), tf.ones(tf.shape(rows), tf.int32), tf.shape(texts, tf.int64))
+        return ids, hits > 0
+
+    # Exact path ------------------------------------------------------------------------
+
+    def _exact_ids(self, texts: tf.Tensor) -> tf.RaggedTensor:
         # Invalid UTF-8 becomes U+FFFD, which is then cleaned away: the same as the
         # original's `decode("utf-8", "ignore")`.
         code_points = tf.strings.unicode_decode(texts, "UTF-8", errors="replace")
         values = code_points.flat_values
-        rows = tf.cast(code_points.value_rowids(), tf.int32)
+        rows = _row_ids(code_points.row_splits)
         entries = tf.gather(self._table, values)
         if self.do_lower_case:
             values, entries = tf.cond(
@@ -263,19 +431,16 @@ class FastBertTokenizer(tf.Module):
             chars, rows = self._chars(entries, rows)
         return self._word_ids(chars, rows, tf.cast(code_points.nrows(), tf.int32))
 
-    def tokenize_to_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Eager convenience: a list of texts to lists of ids."""
-        return self(tf.constant([text.encode("utf-8") for text in texts], tf.string)).to_list()
-
     def _resolve_sigmas(self, values: tf.Tensor, entries: tf.Tensor, rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Replaces each `Σ` by `ς` or `σ`, as `str.lower()` does on the word around it."""
         roles = tf.bitwise.right_shift(entries, _SIGMA_SHIFT)
-        visible = tf.cast(tf.where(tf.not_equal(roles, _TRANSPARENT))[:, 0], tf.int32)
+        is_visible = tf.not_equal(roles, _TRANSPARENT)
+        visible = tf.cast(tf.where(is_visible)[:, 0], tf.int32)
         visible_rows = tf.gather(rows, visible)
         visible_cased = tf.equal(tf.gather(roles, visible), _CASED)
-        # For each position, the rank among visible positions of the first one at or
-        # after it. A sigma is visible: its neighbours have ranks -1 and +1.
-        rank = tf.cumsum(tf.cast(tf.not_equal(roles, _TRANSPARENT), tf.int32), exclusive=True)
+        # The rank of each position among the visible ones. A sigma is visible: its
+        # visible neighbours have its rank -1 and +1.
+        rank = tf.cumsum(tf.cast(is_visible, tf.int32), exclusive=True)
         sigmas = tf.cast(tf.where(tf.equal(values, _CAPITAL_SIGMA))[:, 0], tf.int32)
         sigma_rank, sigma_rows = tf.gather(rank, sigmas), tf.gather(rows, sigmas)
 
@@ -312,7 +477,7 @@ class FastBertTokenizer(tf.Module):
         return chars, tf.gather(rows, source)
 
     def _reordered_chars(self, values: tf.Tensor, rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """`_chars` for a batch where NFD's canonical reordering may matter.
+        """`_chars` for texts where NFD's canonical reordering may matter.
 
         Spells out the full NFD (Mn included) of every character, sorts each run of
         combining characters by combining class (stably, as NFD does), and only then
@@ -346,16 +511,14 @@ class FastBertTokenizer(tf.Module):
         # follows a space or a solo character.
         after_break = _shifted_right(is_space | is_solo, True) | tf.not_equal(rows, _shifted_right(rows, -1))
         kept = tf.where(~is_space)[:, 0]
-        starts = tf.gather(is_solo | after_break, kept)
-        word_starts = tf.cast(tf.where(starts)[:, 0], tf.int32)
+        word_starts = tf.cast(tf.where(tf.gather(is_solo | after_break, kept))[:, 0], tf.int32)
         word_splits = tf.concat([word_starts, tf.fill([1], tf.size(kept, out_type=tf.int32))], axis=0)
         words = tf.RaggedTensor.from_row_splits(
             tf.bitwise.bitwise_and(tf.gather(chars, kept), _PAYLOAD_MASK), word_splits, validate=False
         )
         strings = tf.strings.unicode_encode(words, "UTF-8")
         too_long = words.row_lengths() > self.max_input_chars_per_word
-        strings = tf.where(too_long, self.unk_token, strings)
-        pieces = self._wordpiece.tokenize(strings)
+        pieces = self._wordpiece.tokenize(tf.where(too_long, self.unk_token, strings))
         # Pieces per text: the piece counts of its words, summed.
         word_rows = tf.gather(tf.gather(rows, kept), word_starts)
         counts = tf.math.unsorted_segment_sum(tf.cast(pieces.row_lengths(), tf.int32), word_rows, num_rows)

@@ -8,7 +8,8 @@ faster:
   `str.translate` call. The table is filled lazily, one code point at a time, with
   what the original does to that character alone (clean, CJK spacing, lower-case +
   NFD + strip accents, punctuation split), so the per-character `unicodedata` work is
-  paid once per distinct character instead of once per occurrence.
+  paid once per distinct character instead of once per occurrence. ASCII texts take
+  CPython's fast one-character `str.translate` and a regular expression instead.
 - The only two places where the original is not "one character at a time" (the Greek
   final sigma of `str.lower()` and the canonical reordering of NFD) are detected
   through a sentinel in that table; such (rare) texts take the exact reference path.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
@@ -144,7 +146,12 @@ def needs_context(ch: str) -> bool:
     )
 
 
-def _pieces_to_text(pieces: Iterable[tuple[str, int]]) -> str:
+def pieces_to_text(pieces: Iterable[tuple[str, int]]) -> str:
+    """`char_pieces` as text in which spaces separate the words.
+
+    >>> pieces_to_text(char_pieces("(", do_lower_case=True))
+    ' ( '
+    """
     return "".join(f" {c} " if kind == SOLO else " " if kind == SPACE else c for c, kind in pieces)
 
 
@@ -160,7 +167,7 @@ class _TranslationTable(dict):
         if self._do_lower_case and needs_context(ch):
             value = _NEEDS_CONTEXT
         else:
-            value = _pieces_to_text(char_pieces(ch, self._do_lower_case))
+            value = pieces_to_text(char_pieces(ch, self._do_lower_case))
         self[cp] = value
         return value
 
@@ -201,6 +208,21 @@ def _to_str(text: str | bytes) -> str:
     return text.decode("utf-8", "ignore") if isinstance(text, bytes) else text
 
 
+def _ascii_table(do_lower_case: bool) -> dict[int, str | None]:
+    """`str.translate` table for ASCII text with only one-character values, so that
+    CPython's fast ASCII path applies: punctuation is split by `_ASCII_WORDS` instead."""
+    table: dict[int, str | None] = {}
+    for cp in range(128):
+        pieces = char_pieces(chr(cp), do_lower_case)
+        table[cp] = pieces[0][0] if pieces else None
+    return table
+
+
+_ASCII_PUNCTUATION = re.escape("".join(chr(cp) for cp in range(128) if is_punctuation(chr(cp))))
+# A run of non-space non-punctuation characters, or one punctuation character.
+_ASCII_WORDS = re.compile(rf"[^\s{_ASCII_PUNCTUATION}]+|[{_ASCII_PUNCTUATION}]")
+
+
 class BasicTokenizer:
     """Cleaning, CJK spacing, optional lower-casing + accent stripping, punctuation split.
 
@@ -212,11 +234,14 @@ class BasicTokenizer:
 
     def __init__(self, do_lower_case: bool = True):
         self.do_lower_case = do_lower_case
+        self._ascii_table = _ascii_table(do_lower_case)
         self._table = _TranslationTable(do_lower_case)
 
     def tokenize(self, text: str | bytes) -> list[str]:
         """Splits `text` into words (before WordPiece)."""
         text = _to_str(text)
+        if text.isascii():
+            return _ASCII_WORDS.findall(text.translate(self._ascii_table))
         spaced = text.translate(self._table)
         if _NEEDS_CONTEXT in spaced:
             return reference_basic_tokenize(text, self.do_lower_case)
@@ -305,7 +330,9 @@ def load_vocab(vocab_file: str | os.PathLike) -> collections.OrderedDict[str, in
         with open(vocab_file, encoding="utf-8", newline="\n") as reader:
             lines = reader.readlines()
     except FileNotFoundError:
-        raise BertTfError(f"Vocabulary file {vocab_file} does not exist; pass the vocab.txt of the checkpoint.") from None
+        raise BertTfError(
+            f"Vocabulary file {vocab_file} does not exist; pass the vocab.txt of the checkpoint."
+        ) from None
     except (OSError, UnicodeDecodeError) as error:
         raise BertTfError(f"Vocabulary file {vocab_file} cannot be read as UTF-8 text ({error}).") from None
     if not lines:
