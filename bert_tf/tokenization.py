@@ -61,8 +61,8 @@ CAPITAL_SIGMA = "\u03a3"
 # deleted by the cleaning step, so it never appears in a translated text otherwise.
 _NEEDS_CONTEXT = "\x00"
 # Bound on the WordPiece cache: enough for the distinct words of a large corpus shard,
-# small enough (a few hundred MB at worst) to never be a memory problem.
-_WORD_CACHE_LIMIT = 1 << 21
+# small enough (tens of MB at worst) to keep data generation within its memory bound.
+_WORD_CACHE_LIMIT = 1 << 18
 
 
 def is_cjk(cp: int) -> bool:

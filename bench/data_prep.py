@@ -1,0 +1,339 @@
+"""Benchmark of create_pretraining_data.py against Model Garden's, side by side.
+
+One run measures, on shared WikiText-2 (valid, as it ships), `max_seq_length=128`,
+`dupe_factor=10` and Google's uncased vocabulary:
+
+- throughput (input MB/s, wall clock of the whole command): Model Garden's script, ours
+  with 1 and 2 workers, timed round-robin (one run of each per round) so that load
+  from elsewhere on this shared machine hits all alike; the median run counts;
+- peak RSS of the whole process tree (sampled every 5 ms), on the corpus and on 8
+  concatenated copies of it;
+- the size of `--dynamic_masking` output against the static output;
+- fidelity: the statistics of the issue, ours against Model Garden's, on every shared
+  pre-training corpus (WikiText-2, sample_text pooled over 100 seeds, CLUE small), read
+  back with TensorFlow; and every instance of ours checked to be well formed and made
+  of spans of the tokenized source.
+
+Prints a table and writes bench/results/data_prep.json.
+
+Usage: python bench/data_prep.py [--rounds 3]  (or python -m bench.data_prep)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+# The repository first: run as `python bench/data_prep.py`, this folder would come first
+# on sys.path and this very file would shadow the data_prep package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import REPO_ROOT, data_dir, print_table, write_json  # noqa: E402
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow reads the files back
+
+# The 2-worker speed-up is reported on both corpora: on the 1.1 MB one, the ~0.2 s
+# start-up (Python, numpy, vocabulary) that no worker count shortens weighs on it.
+GOALS = {
+    "speedup_vs_model_garden": 20.0,
+    "peak_rss_mb": 400.0,
+    "rss_growth_8x": 0.10,
+    "speedup_2_workers": 1.7,
+    "speedup_2_workers_8x": 1.7,
+    "dynamic_size_ratio": 0.15,
+}
+TOLERANCES = {  # ours - Model Garden's, as in the issue
+    "instances": ("relative", 0.02),
+    "mean_tokens": ("relative", 0.01),
+    "not_next_rate": ("absolute", 0.015),
+    "short_share": ("absolute", 0.01),
+}
+SHARES = {"mask_share": 0.8, "kept_share": 0.1, "random_share": 0.1}  # each within 1 point
+
+
+def run_measured(command: list[str], cwd: Path) -> dict:
+    """Runs `command`; returns wall seconds, CPU seconds (user + system, its processes
+    and theirs) and peak RSS (MB, all its processes together, sampled every 5 ms)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    process = psutil.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            total = 0
+            try:
+                tree = [process, *process.children(recursive=True)]
+            except psutil.Error:
+                tree = []
+            for member in tree:
+                try:
+                    total += member.memory_info().rss
+                except psutil.Error:
+                    pass
+            peak = max(peak, total)
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, stderr = process.communicate()
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{stderr.decode(errors='replace')[-2000:]}")
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak / 2**20}
+
+
+def ours_command(corpus: Path, output: Path, vocab: Path, workers: int, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        str(REPO_ROOT / "create_pretraining_data.py"),
+        f"--input_file={corpus}",
+        f"--output_file={output}",
+        f"--vocab_file={vocab}",
+        "--max_seq_length=128",
+        "--dupe_factor=10",
+        f"--num_workers={workers}",
+        "--overwrite",
+        "--noprogress",
+        *extra,
+    ]
+
+
+def garden_command(corpus: Path, output: Path, vocab: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "official.nlp.data.create_pretraining_data",
+        f"--input_file={corpus}",
+        f"--output_file={output}",
+        f"--vocab_file={vocab}",
+        "--max_seq_length=128",
+        "--dupe_factor=10",
+    ]
+
+
+def speed(rounds: int, corpus: Path, vocab: Path, work: Path) -> dict[str, dict]:
+    """Round-robin runs of Model Garden and ours (1 and 2 workers); medians."""
+    commands = {
+        "model_garden": garden_command(corpus, work / "garden.tfrecord", vocab),
+        "ours_1_worker": ours_command(corpus, work / "ours.tfrecord", vocab, 1),
+        "ours_2_workers": ours_command(corpus, work / "ours2.tfrecord", vocab, 2),
+    }
+    runs: dict[str, list[dict]] = {name: [] for name in commands}
+    for _ in range(rounds):
+        for name, command in commands.items():
+            runs[name].append(run_measured(command, REPO_ROOT))
+    return {
+        name: {key: statistics.median(run[key] for run in measured) for key in measured[0]}
+        for name, measured in runs.items()
+    }
+
+
+def _tokenized(corpus: Path, vocab: Path) -> list[list[list[int]]]:
+    """The corpus as documents of sentences of ids (our reader and tokenizer)."""
+    from bert_tf.tokenization import FullTokenizer  # noqa: PLC0415
+    from data_prep.corpus import InputProblems, read_documents  # noqa: PLC0415
+    from data_prep.encoding import SentenceEncoder  # noqa: PLC0415
+
+    encode = SentenceEncoder(FullTokenizer(str(vocab))).encode
+    documents = (
+        [ids for ids in map(encode, document.lines) if ids]
+        for document in read_documents([str(corpus)], InputProblems(), print)
+    )
+    return [document for document in documents if document]
+
+
+def _garden_in_process(corpus: Path, vocab: Path, output: Path, dupe_factor: int, seed: int) -> Path:
+    """Model Garden's create_pretraining_data functions, run here (one TF import for all)."""
+    from official.nlp.data import create_pretraining_data as garden  # noqa: PLC0415
+    from official.nlp.tools import tokenization  # noqa: PLC0415
+
+    tokenizer = tokenization.FullTokenizer(vocab_file=str(vocab), do_lower_case=True)
+    instances = garden.create_training_instances(
+        [str(corpus)],
+        tokenizer,
+        garden.get_processor_text_fn(False, True),
+        128,
+        dupe_factor,
+        0.1,
+        0.15,
+        20,
+        random.Random(seed),
+    )
+    garden.write_instance_to_example_files(instances, tokenizer, 128, 20, [str(output)], False, False)
+    return output
+
+
+def fidelity(work: Path, vocab_dir: Path, wikitext: Path) -> list[dict]:
+    """Statistics of ours and Model Garden's output on each shared corpus, same flags;
+    and the number of our instances that are malformed or not made of source spans.
+
+    sample_text has three documents (~120 instances): the mean length of its instances
+    varies by 4% (one standard deviation) from seed to seed, for both tools, so its
+    statistics are pooled over 100 seeds (both sides) for the comparison to mean something.
+    """
+    import data_prep  # noqa: F401, PLC0415 (before bert_tf)
+    from data_prep.analysis import (  # noqa: PLC0415
+        instance_statistics,
+        load_examples,
+        malformed_instances,
+        not_from_source,
+        source_stream,
+    )
+
+    uncased, chinese = vocab_dir / "google_uncased_en_vocab.txt", vocab_dir / "google_zh_vocab.txt"
+    corpora = {  # name: (corpus, vocab, seeds); WikiText reuses the timed runs' files
+        "wikitext2_valid": (wikitext, uncased, (12345,)),
+        "sample_text": (data_dir() / "pretrain" / "sample_text.txt", uncased, tuple(range(1, 101))),
+        "clue_zh_small": (data_dir() / "pretrain" / "clue_zh_small.txt", chinese, (12345,)),
+    }
+    rows = []
+    for name, (corpus, vocab, seeds) in corpora.items():
+        if name == "wikitext2_valid":
+            garden, ours = [work / "garden.tfrecord"], [work / "ours.tfrecord"]
+        else:
+            garden = [_garden_in_process(corpus, vocab, work / f"{name}.{seed}.garden", 10, seed) for seed in seeds]
+            ours = [work / f"{name}.{seed}.ours" for seed in seeds]
+            for seed, path in zip(seeds, ours, strict=True):
+                run_measured(ours_command(corpus, path, vocab, 1, f"--random_seed={seed}"), REPO_ROOT)
+        got_examples = load_examples([str(path) for path in ours])
+        got = instance_statistics(got_examples, 103, 128)
+        want = instance_statistics(load_examples([str(path) for path in garden]), 103, 128)
+        checks = [abs(got["masked_fraction"] - want["masked_fraction"]) <= 0.005]
+        for key, (kind, tolerance) in TOLERANCES.items():
+            difference = got[key] / want[key] - 1 if kind == "relative" else got[key] - want[key]
+            checks.append(abs(difference) <= tolerance)
+        checks += [abs(got[key] - target) <= 0.01 for key, target in SHARES.items()]
+        malformed = len(malformed_instances(got_examples, 101, 102))
+        malformed += len(not_from_source(got_examples, source_stream(_tokenized(corpus, vocab)), 102))
+        for source, stats in (("model_garden", want), ("ours", got)):
+            rows.append(
+                {
+                    "corpus": name,
+                    "seeds": len(seeds),
+                    "by": source,
+                    **{k: round(v, 4) for k, v in stats.items()},
+                    "within_tolerance": all(checks) and not malformed if source == "ours" else None,
+                    "malformed": malformed if source == "ours" else None,
+                }
+            )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="round-robin rounds of the speed runs")
+    args = parser.parse_args()
+    vocab_dir = data_dir() / "vocab"
+    vocab = vocab_dir / "google_uncased_en_vocab.txt"
+    wikitext = data_dir() / "pretrain" / "wikitext2_valid.tokens.txt"
+    megabytes = wikitext.stat().st_size / 1e6
+    work = Path(tempfile.mkdtemp(prefix="bench_data_prep_"))
+    try:
+        timed = speed(args.rounds, wikitext, vocab, work)
+        big = work / "wikitext2_valid_x8.txt"
+        with big.open("wb") as out:
+            for _ in range(8):
+                out.write(wikitext.read_bytes())
+        big_runs = {
+            "ours_1_worker_8x": run_measured(ours_command(big, work / "big.tfrecord", vocab, 1), REPO_ROOT),
+            "ours_2_workers_8x": run_measured(ours_command(big, work / "big2.tfrecord", vocab, 2), REPO_ROOT),
+        }
+        run_measured(ours_command(wikitext, work / "dynamic.tfrecord", vocab, 1, "--dynamic_masking"), REPO_ROOT)
+        dynamic_ratio = (work / "dynamic.tfrecord").stat().st_size / (work / "ours.tfrecord").stat().st_size
+        rows = []
+        for name, measured in {**timed, **big_runs}.items():
+            size = megabytes * (8 if name.endswith("8x") else 1)
+            rows.append(
+                {
+                    "run": name,
+                    "input_mb": round(size, 2),
+                    **{k: round(v, 3) for k, v in measured.items()},
+                    "mb_per_s": round(size / measured["wall_s"], 3),
+                }
+            )
+        garden = timed["model_garden"]["wall_s"]
+        results = {
+            "speedup_vs_model_garden": garden / timed["ours_1_worker"]["wall_s"],
+            "speedup_vs_model_garden_cpu": timed["model_garden"]["cpu_s"] / timed["ours_1_worker"]["cpu_s"],
+            "peak_rss_mb": timed["ours_1_worker"]["peak_rss_mb"],
+            "peak_rss_mb_8x": big_runs["ours_1_worker_8x"]["peak_rss_mb"],
+            "rss_growth_8x": big_runs["ours_1_worker_8x"]["peak_rss_mb"] / timed["ours_1_worker"]["peak_rss_mb"] - 1,
+            "speedup_2_workers": timed["ours_1_worker"]["wall_s"] / timed["ours_2_workers"]["wall_s"],
+            "speedup_2_workers_8x": big_runs["ours_1_worker_8x"]["wall_s"] / big_runs["ours_2_workers_8x"]["wall_s"],
+            "dynamic_size_ratio": dynamic_ratio,
+        }
+        goals = {
+            "speedup_vs_model_garden": results["speedup_vs_model_garden"] >= GOALS["speedup_vs_model_garden"],
+            "peak_rss_mb": max(results["peak_rss_mb"], results["peak_rss_mb_8x"]) <= GOALS["peak_rss_mb"],
+            "rss_growth_8x": abs(results["rss_growth_8x"]) <= GOALS["rss_growth_8x"],
+            "speedup_2_workers": results["speedup_2_workers"] >= GOALS["speedup_2_workers"],
+            "speedup_2_workers_8x": results["speedup_2_workers_8x"] >= GOALS["speedup_2_workers_8x"],
+            "dynamic_size_ratio": results["dynamic_size_ratio"] <= GOALS["dynamic_size_ratio"],
+        }
+        fidelity_rows = fidelity(work, vocab_dir, wikitext)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(
+        f"create_pretraining_data on WikiText-2 valid ({megabytes:.2f} MB), seq 128, dupe 10, "
+        f"{os.cpu_count()} CPUs, median of {args.rounds} round-robin rounds"
+    )
+    print_table(rows, ["run", "input_mb", "wall_s", "cpu_s", "mb_per_s", "peak_rss_mb"])
+    print()
+    print_table(
+        [{"measure": k, "value": round(v, 3), "goal": GOALS.get(k), "met": goals.get(k)} for k, v in results.items()],
+        ["measure", "value", "goal", "met"],
+    )
+    print()
+    print_table(
+        fidelity_rows,
+        [
+            "corpus",
+            "seeds",
+            "by",
+            "instances",
+            "mean_tokens",
+            "masked_fraction",
+            "mask_share",
+            "kept_share",
+            "random_share",
+            "not_next_rate",
+            "short_share",
+            "malformed",
+            "within_tolerance",
+        ],
+    )
+    path = write_json(
+        "data_prep",
+        {
+            "runs": rows,
+            "results": results,
+            "goals": GOALS,
+            "met": goals,
+            "fidelity": fidelity_rows,
+            "rounds": args.rounds,
+        },
+    )
+    print(f"\nwrote {path.relative_to(REPO_ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""The unit of parallel work: a chunk of consecutive documents in, framed TFRecords out.
+
+A `ChunkProcessor` tokenizes a chunk, adds its documents to its `DocumentPool`,
+packs `dupe_factor` rounds of instances (the original's loop order: every document
+once per round), shuffles them, masks them and serializes them. Its random streams are
+seeded by (random_seed, shard, chunk), so the output depends on the worker count only
+through which earlier documents sit in the pool.
+"""
+
+from __future__ import annotations
+
+import random
+from array import array
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from bert_tf.tokenization import FullTokenizer
+from data_prep.encoding import SentenceEncoder, continuation_table, jieba_segmenter
+from data_prep.instances import DocumentPool, PackingOptions, PoolDocument, Recipes, chunk_tokens, pack_document
+from data_prep.masking import InstanceBatch, MaskingOptions, assemble, mask_batch, word_continuation
+from data_prep.tfrecord import FloatFeature, IntFeature, serialize_examples
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """Everything that decides the content of the output (the original's flags and ours)."""
+
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 10
+    random_seed: int = 12345
+    do_whole_word_mask: bool = False
+    zh_whole_word_mask: bool = False
+    dynamic_masking: bool = False
+    use_v2_feature_names: bool = False
+    # The NotNext pool (see DocumentPool): plenty for "a random other document", and
+    # small enough that memory does not grow with the corpus (~16 MB at most).
+    pool_documents: int = 1_000
+    pool_tokens: int = 4_000_000
+
+    @property
+    def whole_word(self) -> bool:
+        return self.do_whole_word_mask or self.zh_whole_word_mask
+
+
+@dataclass
+class ChunkTask:
+    shard: int
+    index: int  # within the shard
+    documents: list[list[str]]  # each a list of sentences (lines)
+    end_offset: int  # corpus byte offset where the chunk ends, for progress
+
+
+@dataclass
+class ChunkResult:
+    shard: int
+    index: int
+    records: bytes  # framed TFRecords, back to back
+    offsets: np.ndarray  # n + 1 record boundaries in `records`
+    counts: Counter
+    end_offset: int
+
+
+def feature_names(v2: bool) -> dict[str, str]:
+    """Our names for the features -> the names in the files (original or Model Garden v2)."""
+    return {
+        "input_ids": "input_word_ids" if v2 else "input_ids",
+        "input_mask": "input_mask",
+        "segment_ids": "input_type_ids" if v2 else "segment_ids",
+        "masked_lm_positions": "masked_lm_positions",
+        "masked_lm_ids": "masked_lm_ids",
+        "masked_lm_weights": "masked_lm_weights",
+        "next_sentence_labels": "next_sentence_labels",
+        "word_continuation": "word_continuation",
+    }
+
+
+class ChunkProcessor:
+    """Turns `ChunkTask`s into `ChunkResult`s; keeps the NotNext pool between chunks."""
+
+    def __init__(self, options: GenerationOptions, tokenizer: FullTokenizer):
+        self.options = options
+        vocab = tokenizer.vocab
+        self._cls_id, self._sep_id = vocab["[CLS]"], vocab["[SEP]"]
+        self._encoder = SentenceEncoder(tokenizer, jieba_segmenter() if options.zh_whole_word_mask else None)
+        self._suffix_table = continuation_table(vocab)
+        self._packing = PackingOptions(options.max_seq_length, options.short_seq_prob)
+        self._masking = MaskingOptions(
+            masked_lm_prob=options.masked_lm_prob,
+            max_predictions_per_seq=options.max_predictions_per_seq,
+            vocab_size=len(tokenizer.inv_vocab),
+            mask_id=vocab["[MASK]"],
+            whole_word=options.whole_word,
+        )
+        self._names = feature_names(options.use_v2_feature_names)
+        self._pool = DocumentPool(options.pool_documents, options.pool_tokens)
+        self._shard = -1
+
+    def process(self, task: ChunkTask) -> ChunkResult:
+        if task.shard != self._shard:
+            # Pools never cross shards: a shard's content must not depend on whether the
+            # shards before it were generated in this run or skipped as complete.
+            self._pool.clear()
+            self._shard = task.shard
+        counts: Counter = Counter()
+        documents, chunk_ids = self._tokenize(task.documents, counts)
+        seed = f"{self.options.random_seed}/{task.shard}/{task.index}"
+        rng = random.Random(seed)
+        np_rng = np.random.default_rng([self.options.random_seed, task.shard, task.index])
+        recipes = Recipes()
+        rounds = 1 if self.options.dynamic_masking else self.options.dupe_factor
+        for _ in range(rounds):
+            for document, base in documents:
+                pack_document(document, base, self._pool, self._packing, rng, recipes)
+        if not len(recipes):
+            return ChunkResult(task.shard, task.index, b"", np.zeros(1, np.int64), counts, task.end_offset)
+        batch = self._assemble(recipes, chunk_ids, np_rng)
+        records, offsets = self._serialize(batch, np_rng, counts)
+        return ChunkResult(task.shard, task.index, records, offsets, counts, task.end_offset)
+
+    def _tokenize(self, texts: list[list[str]], counts: Counter) -> tuple[list[tuple[PoolDocument, int]], np.ndarray]:
+        """Token ids of the chunk's documents in one array; the documents join the pool."""
+        encode = self._encoder.encode
+        flat: list[int] = []
+        bounds: list[tuple[int, array]] = []
+        for lines in texts:
+            base = len(flat)
+            starts = array("q", [0])
+            for line in lines:
+                ids = encode(line)
+                if ids:  # as the original: a line without tokens is no sentence
+                    flat += ids
+                    starts.append(len(flat) - base)
+            if len(starts) > 1:
+                bounds.append((base, starts))
+        chunk_ids = np.array(flat, dtype=np.int32)
+        documents = []
+        for base, starts in bounds:
+            document = PoolDocument(chunk_ids[base : base + starts[-1]], starts)
+            self._pool.add(document)
+            documents.append((document, base))
+        counts["documents"] += len(documents)
+        counts["sentences"] += sum(len(starts) - 1 for _, starts in bounds)
+        return documents, chunk_ids
+
+    def _assemble(self, recipes: Recipes, chunk_ids: np.ndarray, np_rng: np.random.Generator) -> InstanceBatch:
+        tokens, b_start = chunk_tokens(recipes, chunk_ids)
+        # The original shuffles all instances of the corpus; we shuffle the chunk's (so
+        # the dupe_factor copies of a document part), and the writer shuffles more.
+        order = np_rng.permutation(len(recipes))
+        return assemble(
+            tokens,
+            np.frombuffer(recipes.a_start, dtype=np.int64)[order],
+            np.frombuffer(recipes.a_length, dtype=np.int64)[order],
+            b_start[order],
+            np.frombuffer(recipes.b_length, dtype=np.int64)[order],
+            np.frombuffer(recipes.is_random_next, dtype=np.int8)[order],
+            self.options.max_seq_length,
+            self._cls_id,
+            self._sep_id,
+        )
+
+    def _serialize(
+        self, batch: InstanceBatch, np_rng: np.random.Generator, counts: Counter
+    ) -> tuple[bytes, np.ndarray]:
+        names = self._names
+        input_mask = (np.arange(self.options.max_seq_length)[None, :] < batch.lengths[:, None]).astype(np.int8)
+        continuation = word_continuation(batch, self._suffix_table) if self.options.whole_word else None
+        counts["instances"] += len(batch.lengths)
+        counts["tokens"] += int(batch.lengths.sum())
+        counts["not_next"] += int(batch.next_sentence_labels.sum())
+        counts["short_instances"] += int((batch.lengths < self.options.max_seq_length / 2).sum())
+        if self.options.dynamic_masking:
+            features = [
+                IntFeature(names["input_ids"], batch.input_ids),
+                IntFeature(names["input_mask"], input_mask),
+                IntFeature(names["segment_ids"], batch.segment_ids),
+                IntFeature(names["next_sentence_labels"], batch.next_sentence_labels[:, None]),
+            ]
+            if continuation is not None:
+                features.append(IntFeature(names["word_continuation"], continuation.astype(np.int8)))
+        else:
+            masked = mask_batch(batch, continuation, self._masking, np_rng)
+            counts["masked"] += masked.replaced + masked.kept + masked.random
+            counts["replaced"] += masked.replaced
+            counts["kept"] += masked.kept
+            counts["random"] += masked.random
+            ids_and_segments = [
+                IntFeature(names["input_ids"], masked.input_ids),
+                IntFeature(names["input_mask"], input_mask),
+                IntFeature(names["segment_ids"], batch.segment_ids),
+            ]
+            if self.options.use_v2_feature_names:  # Model Garden's order
+                ids_and_segments = [ids_and_segments[0], ids_and_segments[2], ids_and_segments[1]]
+            features = [
+                *ids_and_segments,
+                IntFeature(names["masked_lm_positions"], masked.positions),
+                IntFeature(names["masked_lm_ids"], masked.label_ids),
+                FloatFeature(names["masked_lm_weights"], masked.weights),
+                IntFeature(names["next_sentence_labels"], batch.next_sentence_labels[:, None]),
+            ]
+        return serialize_examples(features)

@@ -1,0 +1,309 @@
+"""The `tf.data` input pipeline of pre-training: reads the TFRecords of
+`create_pretraining_data.py` (ours or the original's / Model Garden's), with static or
+dynamic masking.
+
+- Static: the files hold masked instances (`masked_lm_*` features); they are read as
+  they are, like Model Garden's `BertPretrainDataLoader`.
+- Dynamic (`dynamic_masking=True`): every batch is masked anew, with the original's
+  rates (`masked_lm_prob` of the tokens, at most `max_predictions_per_seq`; 80% [MASK],
+  10% kept, 10% random id), so every epoch sees other masks (RoBERTa's dynamic masking).
+  Files written with `--dynamic_masking` hold unmasked instances; statically masked
+  files work too (the masking is undone first with `masked_lm_ids`).
+
+The feature names (original `input_ids`/`segment_ids` or v2 `input_word_ids`/
+`input_type_ids`) and GZIP compression are detected from the first file.
+
+Example:
+>>> dataset = pretraining_dataset("out/train.tfrecord-*", batch_size=32, max_seq_length=128,
+...     max_predictions_per_seq=20, dynamic_masking=True, vocab_size=30522)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from bert_tf.errors import BertTfError
+from data_prep.tfrecord import masked_crc32c
+
+# Ids of [CLS], [SEP] and [MASK] in Google's vocabularies (uncased, cased, Chinese,
+# multilingual): the defaults of `pretraining_dataset`.
+GOOGLE_CLS_ID, GOOGLE_SEP_ID, GOOGLE_MASK_ID = 101, 102, 103
+MASK_PROB, KEEP_PROB = 0.8, 0.1
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """What the first record of a file set says about the set."""
+
+    compression: str  # "" or "GZIP"
+    v2_names: bool  # input_word_ids / input_type_ids
+    masked: bool  # has masked_lm_* features
+    word_continuation: bool  # has the word_continuation feature (whole-word, dynamic)
+
+
+@dataclass(frozen=True)
+class DynamicMasking:
+    """How `pretraining_dataset` masks when `dynamic_masking=True`."""
+
+    vocab_size: int
+    masked_lm_prob: float = 0.15
+    mask_id: int = GOOGLE_MASK_ID
+    cls_id: int = GOOGLE_CLS_ID
+    sep_id: int = GOOGLE_SEP_ID
+    whole_word: bool = False
+
+
+def list_files(file_patterns: str | Sequence[str]) -> list[str]:
+    """Sorted files of comma-separated (or listed) glob patterns; `BertTfError` if none."""
+    patterns = file_patterns.split(",") if isinstance(file_patterns, str) else list(file_patterns)
+    files: set[str] = set()
+    for pattern in (p.strip() for p in patterns if p.strip()):
+        matches = tf.io.gfile.glob(pattern)
+        if not matches:
+            raise BertTfError(f"Pre-training data pattern {pattern!r} matches no file.")
+        files.update(matches)
+    if not files:
+        raise BertTfError("No pre-training data files given.")
+    return sorted(files)
+
+
+def _is_gzip(path: str) -> bool:
+    # A plain TFRecord file starts with a length and its masked CRC; trust the gzip
+    # magic (1f 8b) only when that CRC does not check out.
+    with tf.io.gfile.GFile(path, "rb") as file:
+        head = file.read(12)
+    if head[:2] != b"\x1f\x8b":
+        return False
+    return len(head) < 12 or masked_crc32c(head[:8]) != int.from_bytes(head[8:12], "little")
+
+
+def detect_format(path: str) -> FileFormat:
+    """Reads the first record of `path` to learn the feature names and compression."""
+    compression = "GZIP" if _is_gzip(path) else ""
+    try:
+        first = next(iter(tf.data.TFRecordDataset(path, compression_type=compression).take(1)), None)
+    except tf.errors.OpError as error:
+        raise BertTfError(f"{path} is not a TFRecord file ({error.message.splitlines()[0]}).") from None
+    if first is None:
+        raise BertTfError(f"{path} holds no record; regenerate it with create_pretraining_data.py.")
+    keys = set(tf.train.Example.FromString(first.numpy()).features.feature.keys())
+    if not ({"input_ids", "segment_ids"} <= keys or {"input_word_ids", "input_type_ids"} <= keys):
+        raise BertTfError(f"{path} is not BERT pre-training data (its features are {sorted(keys)}).")
+    return FileFormat(
+        compression=compression,
+        v2_names="input_word_ids" in keys,
+        masked="masked_lm_positions" in keys,
+        word_continuation="word_continuation" in keys,
+    )
+
+
+def _feature_spec(fmt: FileFormat, seq_length: int, predictions: int) -> dict[str, tf.io.FixedLenFeature]:
+    ids, types = ("input_word_ids", "input_type_ids") if fmt.v2_names else ("input_ids", "segment_ids")
+    spec = {
+        ids: tf.io.FixedLenFeature([seq_length], tf.int64),
+        types: tf.io.FixedLenFeature([seq_length], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
+        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+    }
+    if fmt.masked:
+        spec["masked_lm_positions"] = tf.io.FixedLenFeature([predictions], tf.int64)
+        spec["masked_lm_ids"] = tf.io.FixedLenFeature([predictions], tf.int64)
+        spec["masked_lm_weights"] = tf.io.FixedLenFeature([predictions], tf.float32)
+    if fmt.word_continuation:
+        spec["word_continuation"] = tf.io.FixedLenFeature([seq_length], tf.int64)
+    return spec
+
+
+def _parse_batch(records: tf.Tensor, fmt: FileFormat, seq_length: int, predictions: int) -> dict[str, tf.Tensor]:
+    """A batch of serialized examples -> the model's feature names, int32 (TPU-friendly)."""
+    parsed = tf.io.parse_example(records, _feature_spec(fmt, seq_length, predictions))
+    renames = {"input_ids": "input_word_ids", "segment_ids": "input_type_ids"}
+    return {
+        renames.get(name, name): tf.cast(value, tf.int32) if value.dtype == tf.int64 else value
+        for name, value in parsed.items()
+    }
+
+
+def _undo_static_masking(features: dict[str, tf.Tensor]) -> tf.Tensor:
+    """The unmasked ids of statically masked instances (put `masked_lm_ids` back)."""
+    ids = features["input_word_ids"]
+    real = features["masked_lm_weights"] > 0
+    rows = tf.broadcast_to(tf.range(tf.shape(ids)[0])[:, None], tf.shape(features["masked_lm_positions"]))
+    indices = tf.stack([rows, features["masked_lm_positions"]], axis=-1)
+    current = tf.gather_nd(ids, indices)
+    return tf.tensor_scatter_nd_update(ids, indices, tf.where(real, features["masked_lm_ids"], current))
+
+
+def _choose_tokens(candidates: tf.Tensor, budget: tf.Tensor, predictions: int, seed: tf.Tensor) -> tf.Tensor:
+    """Per row, `budget` random candidate positions (or all candidates, if fewer), as a
+    boolean mask: the original's shuffle-and-take."""
+    keys = tf.where(candidates, tf.random.stateless_uniform(tf.shape(candidates), seed), 2.0)
+    _, order = tf.math.top_k(-keys, k=predictions)  # smallest keys first
+    take = tf.range(predictions)[None, :] < tf.minimum(budget, tf.reduce_sum(tf.cast(candidates, tf.int32), 1))[:, None]
+    rows = tf.broadcast_to(tf.range(tf.shape(order)[0])[:, None], tf.shape(order))
+    indices = tf.boolean_mask(tf.stack([rows, order], -1), take)
+    return tf.scatter_nd(indices, tf.ones(tf.shape(indices)[:1], tf.int32), tf.shape(candidates)) > 0
+
+
+def _choose_whole_words(
+    candidates: tf.Tensor, continuation: tf.Tensor, budget: tf.Tensor, seed: tf.Tensor
+) -> tf.Tensor:
+    """Per row, random whole words while they fit in `budget` tokens (skipping a word
+    that would overflow), as a boolean mask of their tokens."""
+    batch, length = tf.shape(candidates)[0], tf.shape(candidates)[1]
+    position = tf.range(length)[None, :]
+    # As in the original, only the first candidate always starts a word.
+    starts = candidates & (~continuation | tf.equal(position, 1))
+    word = tf.maximum(tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1, 0)
+    num_words = tf.reduce_sum(tf.cast(starts, tf.int32), axis=1)
+    segment = tf.range(batch)[:, None] * length + word
+    word_length = tf.reshape(
+        tf.math.unsorted_segment_sum(tf.cast(candidates, tf.int32), segment, batch * length), [batch, length]
+    )
+    keys = tf.where(position < num_words[:, None], tf.random.stateless_uniform([batch, length], seed), 2.0)
+    order = tf.argsort(keys, axis=1)  # word ids in random order
+    ranked_length = tf.gather(word_length, order, batch_dims=1)
+
+    def take_word(taken: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
+        fits = (taken < budget) & (size > 0) & (taken + size <= budget)
+        return taken + tf.where(fits, size, 0)
+
+    taken_after = tf.scan(take_word, tf.transpose(ranked_length), initializer=tf.zeros([batch], tf.int32))
+    taken_before = tf.concat([tf.zeros([1, batch], tf.int32), taken_after[:-1]], axis=0)
+    accepted = tf.transpose(taken_after > taken_before)  # [batch, rank]
+    word_chosen = tf.gather(accepted, tf.argsort(order, axis=1), batch_dims=1)
+    return candidates & tf.gather(word_chosen, word, batch_dims=1)
+
+
+def _mask_dynamically(
+    features: dict[str, tf.Tensor], seed: tf.Tensor, masking: DynamicMasking, predictions: int
+) -> dict[str, tf.Tensor]:
+    """Fresh masked-LM predictions for a batch (see the module docstring)."""
+    ids = _undo_static_masking(features) if "masked_lm_ids" in features else features["input_word_ids"]
+    real_token = features["input_mask"] > 0
+    candidates = real_token & tf.not_equal(ids, masking.cls_id) & tf.not_equal(ids, masking.sep_id)
+    lengths = tf.reduce_sum(tf.cast(real_token, tf.float32), axis=1)
+    budget = tf.cast(tf.clip_by_value(tf.round(lengths * masking.masked_lm_prob), 1, predictions), tf.int32)
+    seeds = tf.random.experimental.stateless_split(seed, 3)
+    if masking.whole_word:
+        chosen = _choose_whole_words(candidates, features["word_continuation"] > 0, budget, seeds[0])
+    else:
+        chosen = _choose_tokens(candidates, budget, predictions, seeds[0])
+    length = tf.shape(ids)[1]
+    # The chosen positions, sorted: the smallest keys of (position, or past the end).
+    keys = tf.where(chosen, tf.range(length)[None, :], length + tf.range(length)[None, :])
+    positions = -tf.math.top_k(-keys, k=predictions).values
+    real = positions < length
+    positions = tf.where(real, positions, 0)
+    original = tf.gather(ids, positions, batch_dims=1)
+    draw = tf.random.stateless_uniform(tf.shape(positions), seeds[1])
+    random_ids = tf.random.stateless_uniform(tf.shape(positions), seeds[2], 0, masking.vocab_size, tf.int32)
+    replacement = tf.where(
+        draw < MASK_PROB, masking.mask_id, tf.where(draw < MASK_PROB + KEEP_PROB, original, random_ids)
+    )
+    rows = tf.broadcast_to(tf.range(tf.shape(ids)[0])[:, None], tf.shape(positions))
+    indices = tf.stack([rows, positions], axis=-1)
+    # Padding entries point at [CLS] (position 0) and write it back unchanged.
+    masked_ids = tf.tensor_scatter_nd_update(ids, indices, tf.where(real, replacement, original))
+    out = {name: value for name, value in features.items() if name != "word_continuation"}
+    out.update(
+        input_word_ids=masked_ids,
+        masked_lm_positions=positions,
+        masked_lm_ids=tf.where(real, original, 0),
+        masked_lm_weights=tf.cast(real, tf.float32),
+    )
+    return out
+
+
+def pretraining_dataset(
+    file_patterns: str | Sequence[str],
+    batch_size: int,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    *,
+    is_training: bool = True,
+    dynamic_masking: bool = False,
+    vocab_size: int | None = None,
+    masked_lm_prob: float = 0.15,
+    mask_id: int = GOOGLE_MASK_ID,
+    cls_id: int = GOOGLE_CLS_ID,
+    sep_id: int = GOOGLE_SEP_ID,
+    whole_word_mask: bool = False,
+    seed: int | None = None,
+    shuffle_buffer_size: int = 10_000,
+    cycle_length: int = 8,
+    drop_remainder: bool | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+) -> tf.data.Dataset:
+    """Batches of pre-training features, as the model takes them.
+
+    Yields dicts of `input_word_ids`, `input_mask`, `input_type_ids` (int32,
+    `[batch, max_seq_length]`), `masked_lm_positions`, `masked_lm_ids` (int32) and
+    `masked_lm_weights` (float32, `[batch, max_predictions_per_seq]`), and
+    `next_sentence_labels` (int32, `[batch, 1]`; 1 = NotNext).
+
+    Training reads the files in a shuffled order, forever, interleaving `cycle_length`
+    of them and shuffling records in a `shuffle_buffer_size` buffer; evaluation
+    (`is_training=False`) reads each record once, in order. `seed` makes the order and
+    the dynamic masks reproducible. Dynamic masking needs `vocab_size` (the range of
+    random replacement ids) and the ids of [MASK], [CLS], [SEP] (Google's by default);
+    with `whole_word_mask`, the files must hold `word_continuation` (written by
+    `create_pretraining_data.py --dynamic_masking --do_whole_word_mask` or
+    `--zh_whole_word_mask`). `input_context` shards the files between input pipelines.
+    """
+    if max_predictions_per_seq > max_seq_length:
+        raise BertTfError(
+            f"max_predictions_per_seq ({max_predictions_per_seq}) must not exceed max_seq_length ({max_seq_length})."
+        )
+    files = list_files(file_patterns)
+    fmt = detect_format(files[0])
+    masking = None
+    if dynamic_masking:
+        if not vocab_size:
+            raise BertTfError("Dynamic masking needs vocab_size (the number of lines of vocab.txt).")
+        if whole_word_mask and not fmt.word_continuation:
+            raise BertTfError(
+                f"{files[0]} has no word_continuation feature; write it with create_pretraining_data.py "
+                "--dynamic_masking --do_whole_word_mask to mask whole words dynamically."
+            )
+        masking = DynamicMasking(vocab_size, masked_lm_prob, mask_id, cls_id, sep_id, whole_word_mask)
+    elif not fmt.masked:
+        raise BertTfError(
+            f"{files[0]} holds unmasked instances (written with --dynamic_masking); pass dynamic_masking=True."
+        )
+    deterministic = seed is not None or not is_training
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        if len(files) < input_context.num_input_pipelines:
+            raise BertTfError(
+                f"{len(files)} data file(s) cannot be shared between {input_context.num_input_pipelines} input "
+                "pipelines; write more shards (--num_output_shards)."
+            )
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    if is_training:
+        dataset = dataset.shuffle(len(files), seed=seed).repeat()
+    dataset = dataset.interleave(
+        lambda path: tf.data.TFRecordDataset(path, compression_type=fmt.compression),
+        cycle_length=min(cycle_length, len(files)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic,
+    )
+    if is_training:
+        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
+    dataset = dataset.batch(batch_size, drop_remainder=is_training if drop_remainder is None else drop_remainder)
+    dataset = dataset.map(
+        lambda records: _parse_batch(records, fmt, max_seq_length, max_predictions_per_seq),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic,
+    )
+    if masking is not None:
+        seeds = tf.data.Dataset.random(seed=seed).batch(2)
+        dataset = tf.data.Dataset.zip(dataset, seeds).map(
+            lambda features, pair: _mask_dynamically(features, pair, masking, max_predictions_per_seq),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=deterministic,
+        )
+    return dataset.prefetch(tf.data.AUTOTUNE)

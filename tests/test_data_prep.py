@@ -1,0 +1,491 @@
+"""create_pretraining_data.py and data_prep: format, algorithm pieces, determinism,
+resume, bad inputs, dynamic masking, corpus and vocabulary tools.
+
+Model Garden comparisons (fidelity, interop) are in test_data_prep_fidelity.py.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import data_prep  # noqa: F401  (before bert_tf: see data_prep/__init__.py)
+from data_prep.encoding import SentenceEncoder, chinese_continuations, jieba_segmenter
+from data_prep.instances import truncate_seq_pair
+from data_prep.masking import MaskingOptions, assemble, mask_batch, word_continuation
+from data_prep.tfrecord import FloatFeature, IntFeature, serialize_examples
+from tests.conftest import REPO_ROOT, require_module, shared_file
+
+UNCASED = "vocab/google_uncased_en_vocab.txt"
+CHINESE = "vocab/google_zh_vocab.txt"
+MASK_ID, CLS_ID, SEP_ID = 103, 101, 102
+
+
+def cut(source: Path, directory: Path, max_bytes: int) -> Path:
+    """The first lines of `source` (about `max_bytes`), ending at a blank line if any."""
+    data = source.read_bytes()[:max_bytes]
+    end = data.rfind(b"\n\n")
+    data = data[: end + 1] if end > 0 else data[: data.rfind(b"\n") + 1]
+    path = directory / f"{source.stem}.{max_bytes}.txt"
+    path.write_bytes(data)
+    return path
+
+
+def generate(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
+    """Runs create_pretraining_data.py with `args`."""
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "create_pretraining_data.py"), "--noprogress", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def read_file(path: Path) -> dict[str, np.ndarray]:
+    from data_prep.analysis import load_examples
+
+    return load_examples([str(path)])
+
+
+# ----------------------------------------------------------------------------------
+# TFRecord writing without TensorFlow
+
+
+def test_records_are_byte_identical_to_tensorflow_deterministic_serialization(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    rng = np.random.default_rng(0)
+    n = 40
+    values = {  # sorted names: deterministic protobuf serialization sorts map keys
+        "a_small": rng.integers(0, 2, (n, 5)),
+        "b_ids": rng.integers(0, 30522, (n, 16)),
+        "c_big": rng.integers(0, 2**40, (n, 3)),
+        "d_weights": rng.random((n, 4)).astype(np.float32),
+        "e_label": rng.integers(0, 2, (n, 1)),
+    }
+    features = [FloatFeature(k, v) if v.dtype == np.float32 else IntFeature(k, v) for k, v in values.items()]
+    ours, offsets = serialize_examples(features)
+    path = tmp_path / "reference.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(n):
+            feature = {
+                k: tf.train.Feature(float_list=tf.train.FloatList(value=v[i].tolist()))
+                if v.dtype == np.float32
+                else tf.train.Feature(int64_list=tf.train.Int64List(value=v[i].tolist()))
+                for k, v in values.items()
+            }
+            example = tf.train.Example(features=tf.train.Features(feature=feature))
+            writer.write(example.SerializeToString(deterministic=True))
+    assert path.read_bytes() == ours
+    assert offsets[-1] == len(ours) and len(offsets) == n + 1
+
+
+# ----------------------------------------------------------------------------------
+# Algorithm pieces
+
+
+def _original_truncation(length_a: int, length_b: int, max_num_tokens: int, rng: random.Random) -> tuple:
+    """The original truncate_seq_pair, one token at a time, as trim counts."""
+    trims = [0, 0, 0, 0]
+    while length_a + length_b > max_num_tokens:
+        side = 0 if length_a > length_b else 2
+        trims[side + (0 if rng.random() < 0.5 else 1)] += 1
+        if side == 0:
+            length_a -= 1
+        else:
+            length_b -= 1
+    return tuple(trims)
+
+
+@pytest.mark.parametrize("lengths", [(100, 40, 125), (80, 80, 125), (81, 80, 125), (3, 300, 125), (700, 690, 125)])
+def test_truncation_has_the_original_distribution(lengths):
+    length_a, length_b, limit = lengths
+    ours = np.array([truncate_seq_pair(length_a, length_b, limit, random.Random(k)) for k in range(3000)])
+    original = np.array([_original_truncation(length_a, length_b, limit, random.Random(k)) for k in range(3000)])
+    # Same totals per side, always; same front/back split in distribution.
+    assert (ours[:, 0] + ours[:, 1] == original[:, 0] + original[:, 1]).all()
+    assert (ours[:, 2] + ours[:, 3] == original[:, 2] + original[:, 3]).all()
+    spread = np.maximum(original.std(axis=0), 0.5) * 4 / np.sqrt(3000) * np.sqrt(2)
+    assert np.all(np.abs(ours.mean(axis=0) - original.mean(axis=0)) <= spread)
+
+
+def test_sentence_encoder_matches_the_full_tokenizer():
+    from bert_tf.tokenization import FullTokenizer
+
+    for vocab, corpus in [(UNCASED, "pretrain/wikitext2_valid.tokens.txt"), (CHINESE, "pretrain/clue_zh_small.txt")]:
+        tokenizer = FullTokenizer(str(shared_file(vocab)), do_lower_case=True)
+        encoder = SentenceEncoder(tokenizer)
+        lines = shared_file(corpus).read_text(encoding="utf-8").splitlines()[:3000]
+        for line in lines + ["Ünïcödé\u00a0a\u2028b\x0bc", "\u03a3\u0391\u03a3 \u03bf\u03b4\u03bf\u03a3."]:
+            assert encoder.encode(line) == tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line)), line
+
+
+def test_chinese_word_continuations_follow_jieba():
+    require_module("jieba", "Chinese whole-word masking segments with jieba")
+    text = "我爱北京天安门，English words too。"
+    tokens = ["我", "爱", "北", "京", "天", "安", "门", "，", "english", "words", "too", "。"]
+    words = jieba_segmenter()(text)
+    flags = chinese_continuations(text, tokens, words)
+    assert "".join(words) == text
+    assert flags[:7] == [False, False, False, True, False, True, True]  # 我 爱 北京 天安门
+    assert not any(flags[7:])
+
+
+def _batch(rng: np.random.Generator, n: int = 2000, length: int = 128):
+    a_length = rng.integers(1, 70, n)
+    b_length = rng.integers(1, length - 3 - a_length + 1)
+    tokens = rng.integers(1000, 30000, 10_000).astype(np.int32)
+    a_start = rng.integers(0, 5000, n)
+    b_start = rng.integers(0, 5000, n)
+    labels = rng.integers(0, 2, n).astype(np.int8)
+    return assemble(tokens, a_start, a_length, b_start, b_length, labels, length, CLS_ID, SEP_ID), tokens
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_masking_follows_the_original_rates(whole_word):
+    rng = np.random.default_rng(1)
+    batch, _ = _batch(rng)
+    suffix = np.zeros(30522, dtype=bool)
+    suffix[::4] = True  # a quarter of the ids are '##' pieces
+    continuation = word_continuation(batch, suffix)
+    options = MaskingOptions(0.15, 20, 30522, MASK_ID, whole_word)
+    masked = mask_batch(batch, continuation, options, np.random.default_rng(2))
+    real = masked.weights > 0
+    per_row = real.sum(axis=1)
+    budget = np.minimum(20, np.maximum(1, np.rint(batch.lengths * 0.15)))
+    if whole_word:
+        assert (per_row <= budget).all() and per_row.mean() > 0.9 * budget.mean()
+        # A chosen word is chosen whole: no chosen token is followed by an unchosen
+        # continuation of its word.
+        chosen = np.zeros_like(batch.candidates)
+        rows = np.broadcast_to(np.arange(len(real))[:, None], real.shape)
+        chosen[rows[real], masked.positions[real]] = True
+        assert not (chosen[:, :-1] & continuation[:, 1:] & ~chosen[:, 1:]).any()
+    else:
+        assert (per_row == budget).all()
+    positions = np.where(real, masked.positions, 10_000 + np.arange(real.shape[1]))
+    assert (np.diff(positions, axis=1) > 0).all()  # sorted, distinct
+    rows = np.broadcast_to(np.arange(len(real))[:, None], real.shape)
+    assert batch.candidates[rows[real], masked.positions[real]].all()
+    assert (batch.input_ids[rows[real], masked.positions[real]] == masked.label_ids[real]).all()
+    total = masked.replaced + masked.kept + masked.random
+    assert abs(masked.replaced / total - 0.8) < 0.01
+    assert abs(masked.kept / total - 0.1) < 0.01
+    assert abs(masked.random / total - 0.1) < 0.01
+
+
+# ----------------------------------------------------------------------------------
+# The command line tool
+
+
+def test_same_inputs_seed_and_workers_give_identical_bytes(tmp_path):
+    corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 300_000)
+    vocab = str(shared_file(UNCASED))
+    outputs = {}
+    for name, extra in [
+        ("w2a", ["--num_workers=2"]),
+        ("w2b", ["--num_workers=2"]),
+        ("w1", []),
+        ("seed", ["--random_seed=7"]),
+    ]:
+        result = generate(
+            f"--input_file={corpus}",
+            f"--output_file={tmp_path / name}",
+            f"--vocab_file={vocab}",
+            "--dupe_factor=3",
+            "--num_output_shards=2",
+            *extra,
+        )
+        assert result.returncode == 0, result.stderr
+        outputs[name] = [(tmp_path / f"{name}-0000{k}-of-00002").read_bytes() for k in range(2)]
+    assert outputs["w2a"] == outputs["w2b"]
+    assert outputs["w1"] != outputs["w2a"]  # the NotNext pools differ with the worker count
+    assert outputs["seed"] != outputs["w1"]
+
+
+def test_rerun_skips_complete_shards_and_redoes_the_rest(tmp_path):
+    corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 200_000)
+    args = [
+        f"--input_file={corpus}",
+        f"--output_file={tmp_path / 'out'}",
+        f"--vocab_file={shared_file(UNCASED)}",
+        "--dupe_factor=2",
+        "--num_output_shards=3",
+        f"--stats_file={tmp_path / 'stats.json'}",
+    ]
+    assert generate(*args).returncode == 0
+    shards = [tmp_path / f"out-0000{k}-of-00003" for k in range(3)]
+    before = [(shard.read_bytes(), shard.stat().st_mtime_ns) for shard in shards]
+    shards[1].unlink()
+    (tmp_path / ".out-00001-of-00003.incomplete").write_bytes(b"left by a crash")
+    result = generate(*args)
+    assert result.returncode == 0, result.stderr
+    after = [(shard.read_bytes(), shard.stat().st_mtime_ns) for shard in shards]
+    assert after[0] == before[0] and after[2] == before[2]  # untouched
+    assert after[1][0] == before[1][0]  # regenerated, identical
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["shards_written"] == [str(shards[1])]
+    assert not list(tmp_path.glob(".*incomplete"))
+    result = generate(*args)
+    assert result.returncode == 0 and "nothing to do" in result.stderr
+
+
+def _bad_input_cases(tmp_path: Path) -> dict:
+    good = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 20_000)
+    vocab = shared_file(UNCASED)
+    no_mask = tmp_path / "no_mask_vocab.txt"
+    no_mask.write_text("\n".join(t for t in vocab.read_text(encoding="utf-8").splitlines() if t != "[MASK]") + "\n")
+    (tmp_path / "empty.txt").write_bytes(b"")
+    text = good.read_bytes()
+    (tmp_path / "latin1.txt").write_bytes(text.replace(b"the ", "thé ".encode("latin-1"), 50))
+    (tmp_path / "crlf.txt").write_bytes(text.replace(b"\n", b"\r\n"))
+    (tmp_path / "one_document.txt").write_bytes(b"\n".join(line for line in text.split(b"\n") if line.strip()))
+    (tmp_path / "long_line.txt").write_bytes(text + b"\n" + b"word " * 210_000 + b"\n")
+    return {  # name: (arguments, expected exit code, expected message piece)
+        "non_utf8": ([f"--input_file={tmp_path / 'latin1.txt'}"], 0, "not valid UTF-8"),
+        "crlf": ([f"--input_file={tmp_path / 'crlf.txt'}"], 0, "CRLF"),
+        "empty_file": ([f"--input_file={tmp_path / 'empty.txt'}"], 1, "is empty"),
+        "glob_matches_nothing": ([f"--input_file={tmp_path / 'nothing*.txt'}"], 1, "matches no file"),
+        "single_document": ([f"--input_file={tmp_path / 'one_document.txt'}"], 0, "single document"),
+        "one_megabyte_line": ([f"--input_file={tmp_path / 'long_line.txt'}"], 0, "MB long"),
+        "vocab_without_mask": ([f"--input_file={good}", f"--vocab_file={no_mask}"], 1, "[MASK]"),
+        "predictions_over_length": ([f"--input_file={good}", "--max_predictions_per_seq=200"], 1, "must be between"),
+        "unwritable_output": ([f"--input_file={good}", "--output_file=/etc/passwd/out.tfrecord"], 1, "Cannot write"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "non_utf8",
+        "crlf",
+        "empty_file",
+        "glob_matches_nothing",
+        "single_document",
+        "one_megabyte_line",
+        "vocab_without_mask",
+        "predictions_over_length",
+        "unwritable_output",
+    ],
+)
+def test_bad_input_gives_one_clear_sentence(tmp_path, case):
+    args, code, message = _bad_input_cases(tmp_path)[case]
+    output = tmp_path / "out" / "data.tfrecord"
+    output.parent.mkdir()
+    defaults = [
+        f"--output_file={output}",
+        f"--vocab_file={shared_file(UNCASED)}",
+        "--dupe_factor=1",
+        f"--stats_file={tmp_path / 'out' / 'stats.json'}",
+    ]
+    given = {arg.split("=")[0] for arg in args}
+    result = generate(*[a for a in defaults if a.split("=")[0] not in given], *args)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    assert any(message in line for line in lines), result.stderr
+    prefix = "error: " if code else "warning: "
+    assert len([line for line in lines if line.startswith(prefix)]) == 1, result.stderr
+    if code:
+        assert not any(output.parent.iterdir())  # nothing that looks like output
+    else:
+        assert output.exists() and len(read_file(output)["input_word_ids"]) > 0
+
+
+def test_non_utf8_lines_are_counted(tmp_path):
+    corpus = tmp_path / "bad.txt"
+    corpus.write_bytes(b"caf\xe9 au lait .\nok line .\n\nanother doc \xff\xfe .\nmore .\n")
+    stats = tmp_path / "stats.json"
+    result = generate(
+        f"--input_file={corpus}",
+        f"--output_file={tmp_path / 'o'}",
+        f"--vocab_file={shared_file(UNCASED)}",
+        f"--stats_file={stats}",
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(stats.read_text())["undecodable_lines"] == 2
+
+
+def test_gzip_v2_names_and_dynamic_masking_files(tmp_path):
+    corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 100_000)
+    common = [f"--input_file={corpus}", f"--vocab_file={shared_file(UNCASED)}"]
+    assert generate(*common, f"--output_file={tmp_path / 'static'}").returncode == 0
+    assert generate(*common, f"--output_file={tmp_path / 'gz'}", "--gzip", "--use_v2_feature_names").returncode == 0
+    assert generate(*common, f"--output_file={tmp_path / 'dynamic'}", "--dynamic_masking").returncode == 0
+    assert (tmp_path / "gz").read_bytes()[:2] == b"\x1f\x8b"
+    static, gz = read_file(tmp_path / "static"), read_file(tmp_path / "gz")
+    assert all(np.array_equal(static[k], gz[k]) for k in static)  # same content, other names
+    dynamic = read_file(tmp_path / "dynamic")
+    assert "masked_lm_ids" not in dynamic
+    # Each instance once and unmasked: about 1/dupe_factor of the static size.
+    assert (tmp_path / "dynamic").stat().st_size <= 0.15 * (tmp_path / "static").stat().st_size
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_dynamic_masking_reader_rates(tmp_path, whole_word):
+    from data_prep.pretraining_dataset import pretraining_dataset
+
+    corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 150_000)
+    flags = ["--do_whole_word_mask"] if whole_word else []
+    result = generate(
+        f"--input_file={corpus}",
+        f"--output_file={tmp_path / 'dyn'}",
+        f"--vocab_file={shared_file(UNCASED)}",
+        "--dynamic_masking",
+        *flags,
+    )
+    assert result.returncode == 0, result.stderr
+    originals = read_file(tmp_path / "dyn")
+    dataset = pretraining_dataset(
+        str(tmp_path / "dyn"),
+        256,
+        128,
+        20,
+        is_training=False,
+        dynamic_masking=True,
+        vocab_size=30522,
+        whole_word_mask=whole_word,
+        seed=3,
+    )
+    batches = [{k: v.numpy() for k, v in batch.items()} for batch in dataset]
+    got = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+    real = got["masked_lm_weights"] > 0
+    rows = np.broadcast_to(np.arange(len(real))[:, None], real.shape)
+    positions, labels = got["masked_lm_positions"], got["masked_lm_ids"]
+    assert (originals["input_word_ids"][rows[real], positions[real]] == labels[real]).all()
+    assert (np.diff(np.where(real, positions, 999 + np.arange(real.shape[1])), axis=1) > 0).all()
+    shown = got["input_word_ids"][rows[real], positions[real]]
+    share = {"mask": (shown == MASK_ID).mean(), "kept": (shown == labels[real]).mean()}
+    assert abs(share["mask"] - 0.8) < 0.01 and abs(share["kept"] - 0.1) < 0.01
+    tokens = got["input_mask"].sum()
+    assert abs(real.sum() / tokens - 0.15) < (0.01 if not whole_word else 0.02)
+    unchanged = np.ones_like(got["input_word_ids"], dtype=bool)
+    unchanged[rows[real], positions[real]] = False
+    assert (got["input_word_ids"][unchanged] == originals["input_word_ids"][unchanged]).all()
+    if whole_word:
+        chosen = ~unchanged
+        continuation = originals["word_continuation"] > 0
+        assert not (chosen[:, :-1] & continuation[:, 1:] & ~chosen[:, 1:]).any()
+        # (A '##' piece right after [SEP] belongs to A's last word, as in the original.)
+        after_sep = originals["input_word_ids"][:, :-1] == SEP_ID
+        assert not (~chosen[:, :-1] & ~after_sep & continuation[:, 1:] & chosen[:, 1:]).any()
+    # Another seed, other masks.
+    again = next(
+        iter(
+            pretraining_dataset(
+                str(tmp_path / "dyn"),
+                256,
+                128,
+                20,
+                is_training=False,
+                dynamic_masking=True,
+                vocab_size=30522,
+                whole_word_mask=whole_word,
+                seed=4,
+            )
+        )
+    )
+    assert not np.array_equal(again["masked_lm_positions"].numpy(), batches[0]["masked_lm_positions"])
+
+
+def test_chinese_whole_word_masking_masks_jieba_words_whole(tmp_path):
+    require_module("jieba", "Chinese whole-word masking segments with jieba")
+    corpus = cut(shared_file("pretrain/clue_zh_small.txt"), tmp_path, 60_000)
+    result = generate(
+        f"--input_file={corpus}",
+        f"--output_file={tmp_path / 'zh'}",
+        f"--vocab_file={shared_file(CHINESE)}",
+        "--dynamic_masking",
+        "--zh_whole_word_mask",
+    )
+    assert result.returncode == 0, result.stderr
+    examples = read_file(tmp_path / "zh")
+    continuation = examples["word_continuation"] > 0
+    # Jieba joins most Chinese characters into words of two or more.
+    assert 0.2 < continuation.sum() / examples["input_mask"].sum() < 0.6
+
+
+# ----------------------------------------------------------------------------------
+# Corpus and vocabulary tools
+
+
+def test_prepare_corpus_makes_documents_and_sentences_of_wikitext(tmp_path):
+    require_module("sentencex", "the sentence segmenter of prepare_corpus")
+    corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 300_000)
+    prepared = tmp_path / "prepared.txt"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_prep.prepare_corpus",
+            f"--input_file={corpus}",
+            f"--output_file={prepared}",
+            "--preset=wikitext",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    documents = prepared.read_text(encoding="utf-8").split("\n\n")
+    titles = [
+        line
+        for line in corpus.read_text(encoding="utf-8").splitlines()
+        if line.startswith(" = ") and not line.startswith(" = = ")
+    ]
+    assert len(documents) == len(titles)
+    assert not any(line.startswith(" =") for line in prepared.read_text(encoding="utf-8").splitlines())
+    stats = {}
+    for name, source in [("raw", corpus), ("prepared", prepared)]:
+        out = tmp_path / f"{name}.json"
+        assert (
+            generate(
+                f"--input_file={source}",
+                f"--output_file={tmp_path / name}",
+                f"--vocab_file={shared_file(UNCASED)}",
+                f"--stats_file={out}",
+            ).returncode
+            == 0
+        )
+        stats[name] = json.loads(out.read_text())
+    assert stats["raw"]["not_next_rate"] > 0.85  # one paragraph a document
+    assert stats["prepared"]["not_next_rate"] < 0.6
+
+
+def test_build_vocab_has_bert_layout_and_covers_the_corpus(tmp_path):
+    require_module("tokenizers", "the WordPiece trainer of build_vocab")
+    from bert_tf.tokenization import FullTokenizer
+
+    corpus = shared_file("pretrain/wikitext2_valid.tokens.txt")
+    vocab = tmp_path / "vocab.txt"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_prep.build_vocab",
+            f"--input_file={corpus}",
+            f"--output_file={vocab}",
+            "--vocab_size=5000",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    tokens = vocab.read_text(encoding="utf-8").splitlines()
+    assert len(tokens) == len(set(tokens)) == 5000
+    assert (
+        tokens[0] == "[PAD]" and tokens[1] == "[unused0]" and tokens[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    )
+    assert any(t.startswith("##") for t in tokens)
+    tokenizer = FullTokenizer(str(vocab), do_lower_case=True)
+    pieces = tokenizer.tokenize(" ".join(corpus.read_text(encoding="utf-8").splitlines()[:500]))
+    assert pieces.count("[UNK]") / len(pieces) < 0.001
