@@ -49,7 +49,7 @@ class BertEncoder(keras.Model):
     >>> ids = np.array([[2, 7, 9, 3, 0]])
     >>> outputs = encoder({"input_word_ids": ids, "input_mask": ids > 0,
     ...                    "input_type_ids": np.zeros_like(ids)})
-    >>> outputs["sequence_output"].shape, outputs["pooled_output"].shape
+    >>> tuple(outputs["sequence_output"].shape), tuple(outputs["pooled_output"].shape)
     ((1, 5, 128), (1, 128))
     >>> len(outputs["encoder_outputs"])
     2

@@ -51,9 +51,9 @@ class TiedEmbedding(keras.layers.Embedding):
     Example:
     >>> import numpy as np
     >>> layer = TiedEmbedding(10, 4)
-    >>> layer(np.array([[1, 2]])).shape
+    >>> tuple(layer(np.array([[1, 2]])).shape)
     (1, 2, 4)
-    >>> layer(np.zeros((1, 2, 4)), reverse=True).shape
+    >>> tuple(layer(np.zeros((1, 2, 4)), reverse=True).shape)
     (1, 2, 10)
     """
 
@@ -75,7 +75,7 @@ class PositionEmbedding(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> PositionEmbedding(16, 4)(np.zeros((2, 3, 4))).shape
+    >>> tuple(PositionEmbedding(16, 4)(np.zeros((2, 3, 4))).shape)
     (2, 3, 4)
     """
 
@@ -144,7 +144,7 @@ class TransformerBlock(keras.layers.Layer):
     Example:
     >>> import numpy as np
     >>> block = TransformerBlock(num_heads=2, hidden_size=8, intermediate_size=16)
-    >>> block(np.zeros((1, 3, 8)), np.zeros((1, 1, 1, 3))).shape
+    >>> tuple(block(np.zeros((1, 3, 8)), np.zeros((1, 1, 1, 3))).shape)
     (1, 3, 8)
     """
 

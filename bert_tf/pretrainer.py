@@ -69,7 +69,7 @@ class BertPretrainer(keras.Model):
     >>> out = pretrainer({"input_word_ids": ids, "input_mask": np.ones_like(ids),
     ...                   "input_type_ids": np.zeros_like(ids),
     ...                   "masked_lm_positions": np.array([[1, 2]])})
-    >>> out["masked_lm_logits"].shape, out["next_sentence_logits"].shape
+    >>> tuple(out["masked_lm_logits"].shape), tuple(out["next_sentence_logits"].shape)
     ((1, 2, 100), (1, 2))
     """
 
