@@ -220,28 +220,12 @@ def test_minilm_matches_transformers(minilm_encoder, minilm_batches, minilm_refe
     assert sequence <= TOLERANCE and pooled <= TOLERANCE
 
 
-def _import_model_garden_converter():
-    """Model Garden's converter script defines absl flags at import, under names
-    (`bert_config_file`, ...) that our own entry points, imported by other tests in
-    this process, already define; absl refuses a second definition from another
-    module, so ours are dropped first (both are plain string flags, default None)."""
-    from absl import flags
-
-    for name in ("bert_config_file", "checkpoint_to_convert", "converted_checkpoint_path", "converted_model"):
-        if name in flags.FLAGS:
-            delattr(flags.FLAGS, name)
-    from official.nlp.tools import tf2_bert_encoder_checkpoint_converter
-
-    return tf2_bert_encoder_checkpoint_converter
-
-
 def model_garden_model(tf1_dir: str, kind: str, exact_gelu: bool = False):
     """Model Garden's `BertEncoder` ("encoder") or `BertPretrainerV2` ("pretrainer"),
     loaded by its own converter of Google's TF1 format."""
     pytest.importorskip("official")
     from official.legacy.bert import configs
-
-    converter = _import_model_garden_converter()
+    from official.nlp.tools import tf2_bert_encoder_checkpoint_converter as converter
 
     config = configs.BertConfig.from_json_file(os.path.join(tf1_dir, tf1.CONFIG_NAME))
     if exact_gelu:  # Model Garden's "gelu" is the tanh form; an activation may be any callable
