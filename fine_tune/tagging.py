@@ -1,0 +1,395 @@
+"""Token tagging (NER): CoNLL-2003 (IOB1 as released, or IOB2) and character-level Chinese BIO.
+
+As the paper (section 5.3): each word is cut into WordPieces, the label sits on the
+first piece and the other pieces are ignored in the loss and at prediction; there is
+no CRF. With `--document_context`, each sentence is fed with as much of its document
+around it as fits ("maximal document context"): the context is read by the encoder but
+neither trained on nor predicted. A sentence longer than `max_seq_length` is cut into
+windows at word boundaries, so every word gets a prediction.
+
+Files: one token a line, its columns separated by whitespace, the word first and its
+tag last; a blank line ends a sentence and a `-DOCSTART-` line starts a document (a
+file without any is one document). Predictions are written back in the same columns
+plus the predicted tag, which is the layout conlleval reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from bert_tf.tokenization import FullTokenizer
+from fine_tune import metrics as metric_functions
+from fine_tune.features import label_index, unknown_label
+from fine_tune.heads import TokenClassificationHead, token_classification_loss
+from fine_tune.registry import register
+from fine_tune.task import EvalSet, Features, Task, output_path
+from fine_tune.tsv import DataError
+
+DOCSTART = "-DOCSTART-"
+LABEL_SCHEMES = ("iob2", "keep")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaggedSentence:
+    """A sentence of a CoNLL-style file.
+
+    Args:
+        guid: "<file>-<index>".
+        words: the first column of each token line.
+        label: the tags (in the training scheme), or None for an unlabelled file.
+        lines: every token line's columns as read, for writing predictions back.
+        document: index of the document the sentence belongs to.
+        docstart: the `-DOCSTART-` line just before the sentence, if any.
+        source: "file line N" of its first token.
+    """
+
+    guid: str
+    words: tuple[str, ...]
+    label: tuple[str, ...] | None
+    lines: tuple[tuple[str, ...], ...]
+    document: int
+    docstart: str | None
+    source: str
+
+
+# === Tag schemes ===
+def _kind(tag: str) -> str:
+    return tag[2:] if tag[:2] in ("B-", "I-") else ""
+
+
+def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
+    """An `I-X` that starts an entity becomes `B-X`.
+
+    >>> iob1_to_iob2(["I-PER", "I-PER", "O", "I-LOC", "B-LOC"])
+    ['B-PER', 'I-PER', 'O', 'B-LOC', 'B-LOC']
+    """
+    converted, previous = [], "O"
+    for tag in tags:
+        if tag.startswith("I-") and _kind(previous) != tag[2:]:
+            tag = "B-" + tag[2:]
+        converted.append(tag)
+        previous = tag
+    return converted
+
+
+def iob2_to_iob1(tags: Sequence[str]) -> list[str]:
+    """A `B-X` stays only right after another X entity; otherwise it becomes `I-X`.
+
+    >>> iob2_to_iob1(['B-PER', 'I-PER', 'O', 'B-LOC', 'B-LOC'])
+    ['I-PER', 'I-PER', 'O', 'I-LOC', 'B-LOC']
+    """
+    converted, previous = [], "O"
+    for tag in tags:
+        if tag.startswith("B-") and _kind(previous) != tag[2:]:
+            converted.append("I-" + tag[2:])
+        else:
+            converted.append(tag)
+        previous = tag
+    return converted
+
+
+def is_iob1(sentences: Sequence[Sequence[str]]) -> bool:
+    """Whether some entity starts with `I-` (the IOB1 of the CoNLL-2003 release)."""
+    return any(iob1_to_iob2(tags) != list(tags) for tags in sentences)
+
+
+# === Reader ===
+def read_conll(path: str) -> list[TaggedSentence]:
+    """The sentences of a CoNLL-style file; raises `DataError` on a line of the wrong width."""
+    if not os.path.isfile(path):
+        raise DataError(f"Data file {path} does not exist.")
+    sentences: list[TaggedSentence] = []
+    lines: list[tuple[str, ...]] = []
+    first_line, width, document, docstart = 0, 0, 0, None
+
+    def flush() -> None:
+        nonlocal lines, docstart
+        if lines:
+            tags = tuple(cells[-1] for cells in lines) if width > 1 else None
+            guid = f"{os.path.basename(path)}-{len(sentences)}"
+            words = tuple(cells[0] for cells in lines)
+            sentences.append(
+                TaggedSentence(guid, words, tags, tuple(lines), document, docstart, f"{path} line {first_line}")
+            )
+            lines, docstart = [], None
+
+    with open(path, encoding="utf-8-sig") as handle:
+        for number, text in enumerate(handle, 1):
+            cells = tuple(text.split())
+            if not cells:
+                flush()
+            elif cells[0] == DOCSTART:
+                flush()
+                document += bool(sentences)
+                docstart = text.rstrip("\n")
+            else:
+                width = width or len(cells)
+                if len(cells) != width:
+                    raise DataError(
+                        f"{path} line {number} has {len(cells)} whitespace-separated columns, "
+                        f"but the file's first token line has {width}."
+                    )
+                first_line = first_line if lines else number
+                lines.append(cells)
+        flush()
+    return sentences
+
+
+class ConllReader:
+    """Reads `files[split]` (relative to the data dir) as CoNLL-style sentences.
+
+    With `scheme="iob2"`, IOB1 tags are converted to IOB2 for training (the model then
+    learns "B = an entity starts here"), and predictions go back to the file's scheme.
+    """
+
+    labels = None  # taken from the training file
+
+    def __init__(self, files: dict[str, str], scheme: str):
+        if scheme not in LABEL_SCHEMES:
+            raise DataError(f"Unknown --label_scheme {scheme!r}; use one of {', '.join(LABEL_SCHEMES)}.")
+        self.files = files
+        self.scheme = scheme
+        self.file_is_iob1: dict[str, bool] = {}
+
+    def read(self, data_dir: str, split: str) -> list[EvalSet]:
+        path = os.path.join(data_dir, self.files[split])
+        sentences = read_conll(path)
+        if not sentences:
+            raise DataError(f"{path} holds no sentences for the {split} set.")
+        labelled = [s.label for s in sentences if s.label is not None]
+        self.file_is_iob1[path] = is_iob1(labelled)
+        if self.scheme == "iob2":
+            sentences = [
+                dataclasses.replace(s, label=tuple(iob1_to_iob2(s.label))) if s.label is not None else s
+                for s in sentences
+            ]
+        return [EvalSet(split, sentences, path)]
+
+    def labels_in(self, examples: Sequence[TaggedSentence]) -> tuple[str, ...]:
+        """"O" first, then B- and I- of every entity type seen, and any other tag seen.
+
+        Both prefixes of each type are included, so a dev file may use a prefix that the
+        training file happens not to (e.g. a type only ever one word long in training).
+        """
+        seen = {tag for example in examples for tag in example.label or ()}
+        kinds = {_kind(tag) for tag in seen} - {""}
+        tags = seen | {f"{prefix}-{kind}" for kind in kinds for prefix in "BI"}
+        return ("O", *sorted(tags - {"O"}, key=lambda tag: (_kind(tag) or tag, tag)))
+
+
+# === Featuriser ===
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """Which words of its sentence a feature predicts, and at which token positions."""
+
+    first_word: int
+    positions: np.ndarray
+
+
+class TaggingFeaturiser:
+    """Label on each word's first WordPiece; windows at word boundaries; optional document context."""
+
+    def __init__(self, document_context: bool):
+        self.document_context = document_context
+
+    def __call__(
+        self, examples: Sequence[TaggedSentence], tokenizer: FullTokenizer, max_seq_length: int, labels: Sequence[str]
+    ) -> Features:
+        index = label_index(labels)
+        room = max_seq_length - 2
+        rows: dict[str, list[np.ndarray]] = {"input_word_ids": [], "input_type_ids": [], "label_ids": [],
+                                             "label_weights": []}
+        example_index, windows = [], []
+        pieces = [self._pieces(sentence, tokenizer, room) for sentence in examples]
+        for number, sentence in enumerate(examples):
+            label_ids = self._label_ids(sentence, index, labels)
+            context = self._context(examples, pieces, number, room)
+            for chunk_start, chunk_end in _chunks(pieces[number], room):
+                ids, positions = self._window(pieces[number], chunk_start, chunk_end, context, room, tokenizer)
+                targets = np.zeros(len(ids), np.int32)
+                weights = np.zeros(len(ids), np.int32)
+                targets[positions] = label_ids[chunk_start:chunk_end]
+                weights[positions] = 1
+                rows["input_word_ids"].append(ids)
+                rows["input_type_ids"].append(np.zeros(len(ids), np.int32))
+                rows["label_ids"].append(targets)
+                rows["label_weights"].append(weights)
+                example_index.append(number)
+                windows.append(Window(chunk_start, positions))
+        return Features(rows, {}, np.array(example_index, dtype=np.int64), windows)
+
+    @staticmethod
+    def _pieces(sentence: TaggedSentence, tokenizer: FullTokenizer, room: int) -> list[list[int]]:
+        """The WordPiece ids of each word ([UNK] for a word that tokenizes to nothing)."""
+        words = []
+        for word in sentence.words:
+            tokens = tokenizer.tokenize(word) or ["[UNK]"]
+            words.append(tokenizer.convert_tokens_to_ids(tokens[:room]))
+        return words
+
+    @staticmethod
+    def _label_ids(sentence: TaggedSentence, index: dict[str, int], labels: Sequence[str]) -> np.ndarray:
+        if sentence.label is None:
+            return np.zeros(len(sentence.words), np.int32)
+        for tag in sentence.label:
+            if tag not in index:
+                raise unknown_label(tag, sentence.source, labels)
+        return np.array([index[tag] for tag in sentence.label], np.int32)
+
+    def _context(
+        self, examples: Sequence[TaggedSentence], pieces: list[list[list[int]]], number: int, room: int
+    ) -> tuple[list[int], list[int]]:
+        """Up to `room` piece ids of the sentence's document before and after it (none without context)."""
+        if not self.document_context:
+            return [], []
+        document = examples[number].document
+        before: list[int] = []
+        other = number - 1
+        while other >= 0 and examples[other].document == document and len(before) < room:
+            before[:0] = _flat(pieces[other])
+            other -= 1
+        after: list[int] = []
+        other = number + 1
+        while other < len(examples) and examples[other].document == document and len(after) < room:
+            after.extend(_flat(pieces[other]))
+            other += 1
+        return before, after
+
+    def _window(
+        self,
+        words: list[list[int]],
+        start: int,
+        end: int,
+        context: tuple[list[int], list[int]],
+        room: int,
+        tokenizer: FullTokenizer,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """[CLS] left-context words[start:end] right-context [SEP], and the first-piece positions.
+
+        With document context, the context is the sentence's own words outside the
+        window, then the neighbouring sentences; the free room is split evenly, and a
+        side with too little context leaves the rest to the other.
+        """
+        left, right = [], []
+        if self.document_context:
+            left = context[0] + _flat(words[:start])
+            right = _flat(words[end:]) + context[1]
+        target = _flat(words[start:end])
+        free = room - len(target)
+        take_right = min(len(right), free - min(len(left), free // 2))
+        take_left = min(len(left), free - take_right)
+        cls, sep = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+        ids = [cls, *left[len(left) - take_left :], *target, *right[:take_right], sep]
+        offsets = np.cumsum([0] + [len(word) for word in words[start:end]])[:-1]
+        return np.asarray(ids, np.int32), (1 + take_left + offsets).astype(np.int64)
+
+
+def _flat(words: list[list[int]]) -> list[int]:
+    return [piece for word in words for piece in word]
+
+
+def _chunks(words: list[list[int]], room: int) -> list[tuple[int, int]]:
+    """Word ranges whose pieces fit in `room`, cut at word boundaries.
+
+    >>> _chunks([[1, 2], [3], [4, 5, 6], [7]], 4)
+    [(0, 2), (2, 4)]
+    """
+    chunks, start, used = [], 0, 0
+    for number, word in enumerate(words):
+        if used + len(word) > room and number > start:
+            chunks.append((start, number))
+            start, used = number, 0
+        used += len(word)
+    chunks.append((start, len(words)))
+    return chunks
+
+
+# === Head, metrics, writer ===
+class TaggingHead(TokenClassificationHead):
+    """The token classifier; decodes each word's tag from its first WordPiece."""
+
+    def decode(
+        self, examples: Sequence[TaggedSentence], features: Features, outputs: list[np.ndarray], labels: Sequence[str]
+    ) -> list[tuple[str, ...]]:
+        tags: list[list[str]] = [[""] * len(example.words) for example in examples]
+        for row, window in enumerate(features.extras):
+            chosen = np.argmax(outputs[row][window.positions], axis=-1)
+            sentence = tags[features.example_index[row]]
+            sentence[window.first_word : window.first_word + len(chosen)] = [labels[i] for i in chosen]
+        return [tuple(sentence) for sentence in tags]
+
+
+class EntityMetrics:
+    """Entity-level precision, recall and F1, as conlleval."""
+
+    primary = "f1"
+
+    def __call__(self, examples: Sequence[TaggedSentence], predictions: Sequence[Sequence[str]]) -> dict[str, float]:
+        return metric_functions.entity_scores([example.label for example in examples], predictions)
+
+
+class ConllWriter:
+    """`<set>_predictions.txt`: the input's lines plus the predicted tag, in the input's own scheme."""
+
+    def __init__(self, reader: ConllReader):
+        self.reader = reader
+
+    def __call__(
+        self, output_dir: str, eval_set: EvalSet, predictions: Sequence[Sequence[str]], labels: Sequence[str]
+    ) -> list[str]:
+        back_to_iob1 = self.reader.scheme == "iob2" and self.reader.file_is_iob1.get(eval_set.source, False)
+        lines = []
+        for sentence, tags in zip(eval_set.examples, predictions, strict=True):
+            if sentence.docstart is not None:
+                lines += [sentence.docstart, ""]
+            tags = iob2_to_iob1(tags) if back_to_iob1 else tags
+            lines += [" ".join((*cells, tag)) for cells, tag in zip(sentence.lines, tags, strict=True)]
+            lines.append("")
+        path = output_path(output_dir, f"{eval_set.name}_predictions.txt")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+        return [path]
+
+
+def tagging_task(name: str, files: dict[str, str], args: Any, description: str) -> Task:
+    """A NER task over CoNLL-style `files`; `--train_file` etc. override them."""
+    files = {split: getattr(args, f"{split}_file", None) or default for split, default in files.items()}
+    reader = ConllReader(files, args.label_scheme)
+    return Task(
+        name=name,
+        reader=reader,
+        featuriser=TaggingFeaturiser(args.document_context),
+        head=TaggingHead(),
+        loss=token_classification_loss,
+        metrics=EntityMetrics(),
+        writer=ConllWriter(reader),
+        description=description,
+    )
+
+
+@register("conll2003", "ner", "CoNLL-2003 English NER: eng.train, eng.testa (dev), eng.testb (test)")
+def conll2003(args: Any) -> Task:
+    files = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"}
+    return tagging_task("conll2003", files, args, "CoNLL-2003 English NER")
+
+
+@register(
+    "peoples_daily",
+    "ner",
+    "People's Daily Chinese NER, one character a line in BIO: example.train, example.dev, example.test",
+    aliases=("zh_ner", "chinese_ner"),
+)
+def peoples_daily(args: Any) -> Task:
+    files = {"train": "example.train", "dev": "example.dev", "test": "example.test"}
+    return tagging_task("peoples_daily", files, args, "People's Daily Chinese NER")
+
+
+@register("conll", "ner", "any CoNLL-style files: --train_file --dev_file --test_file (word first, tag last)")
+def conll(args: Any) -> Task:
+    files = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
+    return tagging_task("conll", files, args, "CoNLL-style tagging")
