@@ -418,19 +418,28 @@ class PretrainingRun:
         return metrics
 
     # === Evaluation ===
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(
+        self, files: list[str] | None = None, max_steps: int | None = None, report: bool = True
+    ) -> dict[str, float]:
+        """The original's evaluation metrics on the eval files (or `files`, at most
+        `max_steps` batches); with `report`, also `eval_results.txt`, TensorBoard and a log line."""
         options = self.options
-        available = inputs.count_full_batches(self.eval_files, options.eval_batch_size, options.max_eval_steps)
-        steps = min(options.max_eval_steps, available)
+        files = files or self.eval_files
+        limit = max_steps or options.max_eval_steps
+        steps = min(limit, inputs.count_full_batches(files, options.eval_batch_size, limit))
         if not steps:
             flag = "--eval_input_file" if options.eval_input_file else "--input_file"
             raise BertTfError(f"{flag} holds fewer than --eval_batch_size={options.eval_batch_size} records to evaluate on.")
-        spec = dataclasses.replace(self.data, files=tuple(self.eval_files))
-        dataset = inputs.evaluation_dataset(spec, self.eval_plan, self.output.worker)
+        dataset = inputs.evaluation_dataset(dataclasses.replace(self.data, files=tuple(files)), self.eval_plan,
+                                            self.output.worker)  # fmt: skip
         if self.tpu:
             dataset = self.strategy.experimental_distribute_dataset(dataset)
-        stats = self.trainer.evaluate(iter(dataset), steps)
-        results = eval_results(stats, int(self.global_step.numpy()))
+        results = eval_results(self.trainer.evaluate(iter(dataset), steps), int(self.global_step.numpy()))
+        if report:
+            self._report(results)
+        return results
+
+    def _report(self, results: dict[str, float]) -> None:
         if self.output.chief:
             write_eval_results(os.path.join(self.output.path, EVAL_RESULTS_NAME), results)
             with tf.summary.create_file_writer(os.path.join(self.output.path, "eval")).as_default():
@@ -438,7 +447,6 @@ class PretrainingRun:
                     if key != "global_step":
                         tf.summary.scalar(key, value, step=results["global_step"])
         self.log("Eval results: " + ", ".join(f"{key} = {value}" for key, value in sorted(results.items())))
-        return results
 
 
 # === Reporting ===
