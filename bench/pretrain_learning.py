@@ -135,6 +135,7 @@ def train(work: pathlib.Path, args) -> list[dict]:
         train_batch_size=args.batch_size,
         eval_batch_size=args.batch_size,
         learning_rate=args.learning_rate,
+        adam_bias_correction=args.adam_bias_correction,
         num_train_steps=args.num_train_steps,
         num_warmup_steps=args.num_train_steps // 10,
         save_checkpoints_steps=args.num_train_steps,
@@ -165,6 +166,12 @@ def main() -> None:
     # the early "always predict 'the'" plateau a lot (measured: still there at step 600
     # with 0.1, left by step 200 without).
     parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument(
+        "--adam_bias_correction",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Adam's bias correction (run_pretraining.py --adam_bias_correction); the original has none.",
+    )
     parser.add_argument("--work_dir", default=None, help="Where the data and checkpoints go (default: a temp dir).")
     args = parser.parse_args()
     vocab = data_dir() / "vocab" / "google_uncased_en_vocab.txt"

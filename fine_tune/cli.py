@@ -93,6 +93,7 @@ def build_parser(family: str, description: str) -> argparse.ArgumentParser:
     add("--num_train_epochs", type=float, default=3.0)
     add("--warmup_proportion", type=float, default=0.1, help="Fraction of the steps with linear warm-up.")
     add("--optimizer", default="adamw", help="adamw (the original AdamWeightDecay) or lamb.")
+    add_bool(parser, "adam_bias_correction", False, "adamw with Adam's bias correction (as HF/torch AdamW; the original has none).")
     add("--weight_decay_rate", type=float, default=0.01, help="Decoupled weight decay (not on LayerNorm, bias).")
     add("--save_checkpoints_steps", type=int, default=1000)
     add("--iterations_per_loop", type=int, default=100, help="Steps per host call; logs come once per loop.")
@@ -108,7 +109,12 @@ def build_parser(family: str, description: str) -> argparse.ArgumentParser:
     add("--gcp_project", default=None)
     add("--mixed_precision", default="none", help="none, bf16 or fp16 (with dynamic loss scaling).")
     add_bool(parser, "jit_compile", False, "Compile the training loop with XLA.")
-    add("--padding", default="bucket", help=f"One of {', '.join(batching.PADDING_MODES)} (see fine_tune.batching).")
+    add(
+        "--padding",
+        default="dynamic",
+        help=f"One of {', '.join(batching.PADDING_MODES)} (see fine_tune.batching); bucket is faster still, but its "
+        "batches of similar lengths can hurt a task whose labels go with length.",
+    )
     add("--pad_to_multiple_of", type=int, default=8)
     add("--seed", type=int, default=12345)
     add("--train_file", help="Training file, relative to --data_dir (tsv and NER tasks).")

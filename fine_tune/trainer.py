@@ -54,12 +54,13 @@ class TrainingConfig:
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1
     optimizer: str = "adamw"
+    adam_bias_correction: bool = False
     weight_decay_rate: float = 0.01
     save_checkpoints_steps: int = 1000
     iterations_per_loop: int = 100
     keep_checkpoint_max: int = 3
     eval_steps: int = 0
-    padding: str = "bucket"
+    padding: str = "dynamic"
     pad_to_multiple_of: int = 8
     seed: int = 12345
     jit_compile: bool = False
@@ -160,7 +161,12 @@ class Trainer:
         warmup = int(total_steps * config.warmup_proportion)
         with self.strategy.scope():
             optimizer = create_optimizer(
-                config.optimizer, config.learning_rate, total_steps, warmup, weight_decay_rate=config.weight_decay_rate
+                config.optimizer,
+                config.learning_rate,
+                total_steps,
+                warmup,
+                weight_decay_rate=config.weight_decay_rate,
+                bias_correction=config.adam_bias_correction,
             )
             if config.mixed_precision == "fp16":
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)

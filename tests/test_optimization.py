@@ -75,6 +75,24 @@ def test_first_update_has_no_bias_correction():
     np.testing.assert_allclose(np.asarray(weight), [-0.1 / np.sqrt(0.001)], rtol=1e-4)
 
 
+def test_bias_corrected_adamw_matches_torch_adamw():
+    """`bias_correction=True` is torch's AdamW (decoupled decay on the pre-update weights)."""
+    require_module("torch", "torch.optim.AdamW is the reference")
+    import torch
+    rng = np.random.default_rng(0)
+    initial = rng.normal(size=(3, 4)).astype("float32")
+    grads = rng.normal(size=(5, 3, 4)).astype("float32")
+    kernel = variable("dense", "kernel", initial)
+    ours = AdamWeightDecay(learning_rate=0.01, weight_decay_rate=0.1, global_clipnorm=None, bias_correction=True)
+    reference = torch.nn.Parameter(torch.tensor(initial))
+    theirs = torch.optim.AdamW([reference], lr=0.01, weight_decay=0.1, eps=1e-6)
+    for grad in grads:
+        ours.apply([grad], [kernel])
+        reference.grad = torch.tensor(grad)
+        theirs.step()
+    np.testing.assert_allclose(np.asarray(kernel), reference.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_learning_rate_warms_up_then_decays_linearly_to_zero():
     schedule = WarmupLinearDecay(1e-4, num_train_steps=100, num_warmup_steps=10)
     steps = [0, 1, 5, 9, 10, 11, 50, 99, 100, 250]

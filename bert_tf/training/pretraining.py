@@ -78,6 +78,7 @@ class PretrainingOptions:
     tpu_zone: str | None = None
     gcp_project: str | None = None
     optimizer: str = "adamw"
+    adam_bias_correction: bool = False
     mixed_precision: str = "none"
     jit_compile: bool = False
     gradient_accumulation_steps: int = 1
@@ -271,7 +272,11 @@ class PretrainingRun:
             encoder = BertEncoder(config, dtype=PRECISIONS[options.mixed_precision])
             self.model = BertPretrainer(encoder, options.max_predictions_per_seq)
             self.optimizer = create_optimizer(
-                options.optimizer, options.learning_rate, options.num_train_steps, options.num_warmup_steps
+                options.optimizer,
+                options.learning_rate,
+                options.num_train_steps,
+                options.num_warmup_steps,
+                bias_correction=options.adam_bias_correction,
             )
             step_options = StepOptions(self.plan, options.mixed_precision == "fp16", options.jit_compile)
             self.trainer = Trainer(self.strategy, self.model, self.optimizer, step_options, self.tpu)
