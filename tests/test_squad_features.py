@@ -287,13 +287,3 @@ def test_chinese_character_answers_come_back_exactly(tmp_path, window):
     assert report.failures == [] and report.scores["exact_match"] == 100.0
     words = read_squad(str(path), False)[4].paragraph.words
     assert words[10:16] == ("第", "一", "代", "iPhone", "手", "机")  # each ideograph a word, Latin runs whole
-
-
-# === The docstring examples run ===
-@pytest.mark.parametrize("module", ["reader", "features", "postprocess", "evaluate", "oracle", "task"])
-def test_docstring_examples(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(f"fine_tune.squad.{module}"))
-    assert result.failed == 0 and result.attempted > 0
