@@ -69,3 +69,25 @@ def write_json(name: str, payload: dict) -> pathlib.Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+def model_garden_encoder(config):
+    """Model Garden's `networks.BertEncoder` (the reference) for a `BertConfig`, with the
+    original's tanh GELU, dropout and initialiser."""
+    import tf_keras
+    from official.nlp.modeling import networks
+
+    return networks.BertEncoder(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        num_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        inner_dim=config.intermediate_size,
+        inner_activation=lambda x: tf_keras.activations.gelu(x, approximate=True),
+        output_dropout=config.hidden_dropout_prob,
+        attention_dropout=config.attention_probs_dropout_prob,
+        max_sequence_length=config.max_position_embeddings,
+        type_vocab_size=config.type_vocab_size,
+        initializer=tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range),
+        dict_outputs=True,
+    )

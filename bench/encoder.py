@@ -18,7 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np
 import tensorflow as tf
 
-from bench.common import interleaved_times, print_table, write_json
+from bench.common import interleaved_times, model_garden_encoder, print_table, write_json
 from bert_tf import BertConfig, BertEncoder
 
 BATCH = {"tiny": 32, "mini": 32, "small": 16, "medium": 8, "base": 8, "large": 4}
@@ -54,18 +54,7 @@ def ours(config: BertConfig, inputs, jit: bool):
 
 
 def model_garden(config: BertConfig, inputs, jit: bool):
-    from official.nlp.modeling import networks
-
-    encoder = networks.BertEncoder(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        num_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        inner_dim=config.intermediate_size,
-        max_sequence_length=config.max_position_embeddings,
-        type_vocab_size=config.type_vocab_size,
-        dict_outputs=True,
-    )
+    encoder = model_garden_encoder(config)
     return tf_step(encoder, encoder.trainable_variables, inputs, jit)
 
 

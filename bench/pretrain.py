@@ -32,7 +32,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench.common import interleaved_times, print_table, write_json  # noqa: E402
+from bench.common import interleaved_times, model_garden_encoder, print_table, write_json  # noqa: E402
 from bert_tf import BertConfig, BertEncoder, BertPretrainer  # noqa: E402
 from bert_tf.optimization import create_optimizer  # noqa: E402
 from bert_tf.training import StepOptions, Trainer  # noqa: E402
@@ -81,24 +81,11 @@ def ours(config: BertConfig, batch, steps: int, jit: bool, accumulation: int = 1
 def model_garden(config: BertConfig, batch, steps: int, jit: bool):
     import tf_keras
     from official.nlp import optimization
-    from official.nlp.modeling import layers, models, networks
+    from official.nlp.modeling import layers, models
 
     init = tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range)
     gelu = lambda x: tf_keras.activations.gelu(x, approximate=True)  # noqa: E731 - the original's GELU
-    encoder = networks.BertEncoder(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        num_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        inner_dim=config.intermediate_size,
-        inner_activation=gelu,
-        output_dropout=config.hidden_dropout_prob,
-        attention_dropout=config.attention_probs_dropout_prob,
-        max_sequence_length=config.max_position_embeddings,
-        type_vocab_size=config.type_vocab_size,
-        initializer=init,
-        dict_outputs=True,
-    )
+    encoder = model_garden_encoder(config)
     nsp = layers.ClassificationHead(
         inner_dim=config.hidden_size, num_classes=2, dropout_rate=config.hidden_dropout_prob,
         initializer=init, name="next_sentence",
