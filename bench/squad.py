@@ -350,6 +350,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--seed", type=int, default=12345)
     add("--skip_oracle", action="store_true", help="Only the learning benchmark.")
     add("--skip_learning", action="store_true", help="Only the whole-file oracle check.")
+    add("--output", default="squad", help="Results name: bench/results/<output>.json.")
     return parser.parse_args(argv)
 
 
@@ -364,7 +365,7 @@ def main(argv=None) -> None:
         print()
         print_table(table(payload["learning"]), ["squad", "framework", "EM", "F1", "best_F1", "train_q", "eval_q",
                                                  "train_rows", "train_rows/s", "train_s", "wall_s"])
-    print(f"\nwrote {write_json('squad', payload).relative_to(REPO_ROOT)}")
+    print(f"\nwrote {write_json(args.output, payload).relative_to(REPO_ROOT)}")
 
 
 if __name__ == "__main__":
