@@ -42,6 +42,9 @@ import time
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# PyTorch's OpenMP threads spin while waiting; on a shared CPU that slows HF's side
+# several-fold (see bench/finetune.py). Passive waiting gives torch its fair speed.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from bench.common import REPO_ROOT, data_dir, print_table, write_json  # noqa: E402
 from fine_tune.squad.evaluate import evaluate_v1, evaluate_v2  # noqa: E402
