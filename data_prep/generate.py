@@ -1,29 +1,37 @@
 """Streaming, parallel, resumable generation of pre-training TFRecords.
 
-Data flow (memory stays bounded whatever the corpus size):
+Data flow (memory stays bounded whatever the corpus size), in each of N workers:
 
-    input files --read_documents--> documents --chunks of ~CHUNK_BYTES--> workers
-    (tokenize, pack, mask, serialize) --> in order --> per-shard shuffle buffer
-    --> shard file (temporary name, renamed when complete)
+    input files --read_documents--> documents --chunks of ~CHUNK_BYTES--> this
+    worker's chunks (tokenize, pack, mask, serialize) --> per-shard shuffle buffer
+    --> the worker's part of the shard
+
+Chunk k of a shard is worker k mod N's. Every worker reads the whole corpus (about 1%
+of the work) and writes its own part of each shard, so no text and no records travel
+between processes, and N workers keep N cores busy. The main process is worker 0; it
+hears the others' counts through pipes and, once every part of a shard is complete,
+joins them (in the kernel) into the shard file under a temporary name and renames it.
+A single worker writes the shard file directly.
 
 Shard i holds the instances of the documents that start in the i-th 1/N of the input
 bytes, so shards complete one after another, and a re-run can skip the complete ones
-without changing the others. Chunk k of a shard goes to worker k mod num_workers; the
-output is a function of the inputs, the options, the seed and the worker count.
+without changing the others. The output is a function of the inputs, the options,
+the seed and the worker count.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
-import queue
 import random
 import sys
 import time
 import traceback
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -32,7 +40,7 @@ from bert_tf.tokenization import FullTokenizer
 from data_prep.chunks import ChunkProcessor, ChunkResult, ChunkTask, GenerationOptions
 from data_prep.corpus import InputProblems, non_empty_files, read_documents
 from data_prep.encoding import jieba_segmenter
-from data_prep.tfrecord import RecordFileWriter, split_records
+from data_prep.tfrecord import RecordFileWriter, concatenate_files, split_records
 
 # Text per chunk: big enough that numpy works on thousands of instances at once, small
 # enough to balance work between workers on a 1 MB corpus.
@@ -43,8 +51,6 @@ CHUNK_BYTES = 64 << 10
 # well at a fraction of the per-record Python work, which matters for the main process.
 SHUFFLE_BUFFER_BYTES = 16 << 20
 SHUFFLE_GROUP = 8
-# Chunks handed out and not yet written, per worker: enough to keep workers busy.
-IN_FLIGHT_PER_WORKER = 2
 
 
 @dataclass
@@ -173,9 +179,9 @@ class ShardSink:
         if out:
             self.writer.write(b"".join(out))
 
-    def commit(self) -> None:
+    def commit(self, sync: bool = True) -> None:
         self.writer.write(b"".join(self.buffer.drain()))
-        self.writer.commit()
+        self.writer.commit(sync)
 
 
 def _chunk_tasks(
@@ -200,99 +206,172 @@ def _chunk_tasks(
         yield ChunkTask(shard, index, documents, end)
 
 
-def _worker_main(options: GenerationOptions, tokenizer: FullTokenizer, tasks, results) -> None:
-    """A worker process: processes tasks until None; reports an exception as a string."""
-    try:
-        processor = ChunkProcessor(options, tokenizer)
-        while (task := tasks.get()) is not None:
-            results.put(processor.process(task))
-    except BaseException as error:  # reported to the parent, which raises
-        message = error if isinstance(error, BertTfError) else traceback.format_exc()
-        results.put(message)
+# === One worker's share ===
+def part_path(path: str, worker: int, num_workers: int) -> str:
+    """Where `worker` writes its part of shard `path` (hidden, like every unfinished file)."""
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f".{name}.part-{worker}-of-{num_workers}")
 
 
-class _Workers:
-    """`num_workers` processes, each with its own task and result queues; chunk k of a
-    shard always goes to worker k mod n, and results are taken back in task order."""
+@dataclass
+class Share:
+    """Which chunks a worker processes and where its shards go."""
 
-    def __init__(self, count: int, options: GenerationOptions, tokenizer: FullTokenizer):
-        context = multiprocessing.get_context("fork")  # shares the loaded tokenizer
-        self._tasks = [context.Queue(IN_FLIGHT_PER_WORKER) for _ in range(count)]
-        self._results = [context.Queue() for _ in range(count)]
-        self._processes = [
-            context.Process(
-                target=_worker_main, args=(options, tokenizer, self._tasks[k], self._results[k]), daemon=True
-            )
-            for k in range(count)
-        ]
-        for process in self._processes:
-            process.start()
-        self._pending: deque[int] = deque()
+    worker: int
+    num_workers: int
+    todo: set[int]  # the shards to generate
 
-    def submit(self, task: ChunkTask) -> None:
-        worker = task.index % len(self._processes)
-        self._tasks[worker].put(task)
-        self._pending.append(worker)
+    def mine(self, task: ChunkTask) -> bool:
+        return task.shard in self.todo and task.index % self.num_workers == self.worker
 
-    def busy(self) -> bool:
-        return len(self._pending) >= IN_FLIGHT_PER_WORKER * len(self._processes)
+    def path(self, output_file: str) -> str:
+        return output_file if self.num_workers == 1 else part_path(output_file, self.worker, self.num_workers)
 
-    def pending(self) -> int:
-        return len(self._pending)
 
-    def next_result(self) -> ChunkResult:
-        worker = self._pending.popleft()
-        while True:
-            try:
-                result = self._results[worker].get(timeout=1.0)
+def produce_share(
+    job: Job,
+    tokenizer: FullTokenizer,
+    files: list[str],
+    shard_of: Callable[[int], int],
+    share: Share,
+    problems: InputProblems,
+    warn: Callable[[str], None],
+    report: Callable[[str, object], None],
+) -> None:
+    """Reads the whole corpus and processes this worker's chunks into its shard files.
+
+    Every worker reads every document (about 1% of the work) so that no text or
+    records travel between processes: each writes its own part of each shard.
+    `report` hears ("chunk", (counts, end_offset)) after each chunk and ("shard", k)
+    once the worker's part of shard k is complete (an empty part too).
+    """
+    processor = ChunkProcessor(job.options, tokenizer)
+    sinks: dict[int, ShardSink] = {}
+    finished: set[int] = set()
+
+    def sink(shard: int) -> ShardSink:
+        if shard not in sinks:
+            seed = f"{job.options.random_seed}/shuffle/{shard}/{share.worker}"
+            sinks[shard] = ShardSink(share.path(job.output_files[shard]), job.gzip, seed)
+        return sinks[shard]
+
+    def finish_shards_before(shard: int) -> None:
+        # Shards come in order, so every shard below `shard` is complete here.
+        for k in sorted(share.todo - finished):
+            if k >= shard:
                 break
-            except queue.Empty:  # check that the worker is still alive
-                if not self._processes[worker].is_alive():
-                    raise RuntimeError(
-                        f"data worker {worker} died (exit code {self._processes[worker].exitcode})."
-                    ) from None
-        if isinstance(result, BertTfError):
-            raise result
-        if isinstance(result, str):
-            raise RuntimeError(f"data worker {worker} failed:\n{result}")
-        return result
+            sink(k).commit(sync=share.num_workers == 1)
+            del sinks[k]
+            finished.add(k)
+            report("shard", k)
 
-    def close(self) -> None:
-        for tasks in self._tasks:
-            tasks.put(None)
-        for process in self._processes:
-            process.join(timeout=10)
+    try:
+        for task in _chunk_tasks(files, shard_of, problems, warn):
+            finish_shards_before(task.shard)
+            if share.mine(task):
+                result = processor.process(task)
+                sink(task.shard).add(result)
+                report("chunk", (result.counts, result.end_offset))
+        finish_shards_before(len(job.output_files))
+    except BaseException:
+        for open_sink in sinks.values():
+            open_sink.writer.abort()
+        raise
+
+
+# === Several workers ===
+def _child_main(job, tokenizer, files, shard_of, share: Share, connection) -> None:
+    """A forked worker: produces its share and tells the parent through `connection`."""
+    try:
+        produce_share(job, tokenizer, files, shard_of, share, InputProblems(), lambda _: None, _send(connection))
+        connection.send(("done", None))
+    except BaseException as error:  # reported to the parent, which raises
+        connection.send(("error", error if isinstance(error, BertTfError) else traceback.format_exc()))
+    finally:
+        connection.close()
+
+
+def _send(connection) -> Callable[[str, object], None]:
+    return lambda event, value: connection.send((event, value))
+
+
+class _Coordinator:
+    """Runs in the main process, itself worker 0: hears every worker's events, keeps the
+    counts and the progress line, and joins a shard's parts once all are complete."""
+
+    def __init__(self, job: Job, todo: set[int], counts: Counter, tracker: Progress):
+        self.job = job
+        self.todo = todo
+        self.counts = counts
+        self.tracker = tracker
+        self.num_workers = job.num_workers
+        self.parts_done: Counter = Counter()
+        self.offsets = [0] * job.num_workers
+        self.children: dict[int, tuple[multiprocessing.Process, object]] = {}
+
+    def start_children(self, files: list[str], shard_of: Callable[[int], int], tokenizer: FullTokenizer) -> None:
+        context = multiprocessing.get_context("fork")  # shares the loaded vocabulary and numpy
+        for worker in range(1, self.num_workers):
+            receiver, sender = context.Pipe(duplex=False)
+            share = Share(worker, self.num_workers, self.todo)
+            process = context.Process(
+                target=_child_main, args=(self.job, tokenizer, files, shard_of, share, sender), daemon=True
+            )
+            process.start()
+            sender.close()
+            self.children[worker] = (process, receiver)
+
+    def hear(self, worker: int, event: str, value) -> None:
+        if event == "chunk":
+            chunk_counts, end_offset = value
+            self.counts.update(chunk_counts)
+            self.offsets[worker] = end_offset
+            self.tracker.update(min(self.offsets), self.counts["documents"], self.counts["instances"])
+        elif event == "shard":
+            self.parts_done[value] += 1
+            if self.num_workers > 1 and self.parts_done[value] == self.num_workers:
+                output = self.job.output_files[value]
+                parts = [part_path(output, w, self.num_workers) for w in range(self.num_workers)]
+                concatenate_files(parts, output)
+        elif event == "error":
+            raise value if isinstance(value, BertTfError) else RuntimeError(f"data worker {worker} failed:\n{value}")
+        if worker == 0:
+            self.poll_children(timeout=0)
+
+    def poll_children(self, timeout: float) -> None:
+        """Handles what the children have said; waits up to `timeout` s for a word."""
+        receivers = {receiver: worker for worker, (_, receiver) in self.children.items()}
+        for receiver in multiprocessing.connection.wait(list(receivers), timeout):
+            worker = receivers[receiver]
+            while receiver.poll():
+                try:
+                    event, value = receiver.recv()
+                except EOFError:
+                    process = self.children[worker][0]
+                    process.join(timeout=5)
+                    raise RuntimeError(f"data worker {worker} died (exit code {process.exitcode}).") from None
+                if event == "done":
+                    self.children[worker][0].join()
+                    del self.children[worker]
+                    break
+                self.hear(worker, event, value)
+
+    def wait_for_children(self) -> None:
+        while self.children:
+            self.poll_children(timeout=1.0)
 
     def kill(self) -> None:
-        for process in self._processes:
+        """Stops the children and deletes every part file, finished or not."""
+        for process, _ in self.children.values():
             if process.is_alive():
                 process.kill()
-
-
-class _InProcess:
-    """The single-worker case, without processes: same results as one worker."""
-
-    def __init__(self, options: GenerationOptions, tokenizer: FullTokenizer):
-        self._processor = ChunkProcessor(options, tokenizer)
-        self._pending: deque[ChunkTask] = deque()
-
-    def submit(self, task: ChunkTask) -> None:
-        self._pending.append(task)
-
-    def busy(self) -> bool:
-        return bool(self._pending)
-
-    def pending(self) -> int:
-        return len(self._pending)
-
-    def next_result(self) -> ChunkResult:
-        return self._processor.process(self._pending.popleft())
-
-    def close(self) -> None:
-        pass
-
-    def kill(self) -> None:
-        pass
+            process.join(timeout=5)
+        for shard in self.todo:
+            for worker in range(self.num_workers):
+                path = part_path(self.job.output_files[shard], worker, self.num_workers)
+                for leftover in (path, RecordFileWriter.temporary_name(path)):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(leftover)
 
 
 def _keep_freed_memory() -> None:
@@ -363,51 +442,15 @@ def _generate(
     tracker: Progress,
     warn: Callable[[str], None],
 ) -> None:
-    """Streams the corpus through the workers into the shards listed in `todo`."""
-    workers = (
-        _Workers(job.num_workers, job.options, tokenizer) if job.num_workers > 1 else _InProcess(job.options, tokenizer)
-    )
-    sinks: dict[int, ShardSink] = {}
-    written = set()
-
-    def open_sink(shard: int) -> ShardSink:
-        if shard not in sinks:
-            seed = f"{job.options.random_seed}/shuffle/{shard}"
-            sinks[shard] = ShardSink(job.output_files[shard], job.gzip, seed)
-        return sinks[shard]
-
-    def finish_shards_before(shard: int) -> None:
-        # Shards come in order: every shard below `shard` is complete. A shard that
-        # received no document is still written (empty), so the set is complete.
-        for k in sorted(todo - written):
-            if k >= shard:
-                break
-            open_sink(k).commit()
-            del sinks[k]
-            written.add(k)
-
-    def take_result() -> None:
-        result = workers.next_result()
-        counts.update(result.counts)
-        finish_shards_before(result.shard)
-        open_sink(result.shard).add(result)
-        tracker.update(result.end_offset, counts["documents"], counts["instances"])
-
+    """Streams the corpus into the shards listed in `todo`, on `job.num_workers` processes."""
+    coordinator = _Coordinator(job, todo, counts, tracker)
     try:
-        for task in _chunk_tasks(files, shard_of, problems, warn):
-            if task.shard not in todo:
-                continue
-            while workers.busy():
-                take_result()
-            workers.submit(task)
-        while workers.pending():
-            take_result()
-        finish_shards_before(len(job.output_files))
-        workers.close()
+        coordinator.start_children(files, shard_of, tokenizer)
+        share = Share(0, job.num_workers, todo)
+        produce_share(job, tokenizer, files, shard_of, share, problems, warn, lambda e, v: coordinator.hear(0, e, v))
+        coordinator.wait_for_children()
     except BaseException:
-        workers.kill()
-        for sink in sinks.values():
-            sink.writer.abort()
+        coordinator.kill()
         raise
 
 

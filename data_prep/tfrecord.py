@@ -22,6 +22,7 @@ back to back. The tests read the files back with `tf.data` and Model Garden's lo
 from __future__ import annotations
 
 import os
+import shutil
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -246,12 +247,16 @@ class RecordFileWriter:
 
     def __init__(self, path: str, gzip: bool):
         self.path = path
-        directory, name = os.path.split(path)
-        self.temp_path = os.path.join(directory, f".{name}.incomplete")
+        self.temp_path = self.temporary_name(path)
         self._file = open(self.temp_path, "wb")
         # wbits=31: a gzip container; zlib writes mtime 0 and no file name, so the
         # output is byte-identical across runs (gzip.GzipFile would embed both).
         self._compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if gzip else None
+
+    @staticmethod
+    def temporary_name(path: str) -> str:
+        directory, name = os.path.split(path)
+        return os.path.join(directory, f".{name}.incomplete")
 
     def write(self, framed: bytes) -> None:
         """Appends already framed records."""
@@ -259,12 +264,13 @@ class RecordFileWriter:
             framed = self._compressor.compress(framed)
         self._file.write(framed)
 
-    def commit(self) -> None:
-        """Flushes, syncs and renames the file to its final name."""
+    def commit(self, sync: bool = True) -> None:
+        """Flushes, syncs (unless told not to) and renames the file to its final name."""
         if self._compressor is not None:
             self._file.write(self._compressor.flush())
         self._file.flush()
-        os.fsync(self._file.fileno())
+        if sync:
+            os.fsync(self._file.fileno())
         self._file.close()
         os.replace(self.temp_path, self.path)
 
@@ -275,3 +281,36 @@ class RecordFileWriter:
             os.remove(self.temp_path)
         except FileNotFoundError:
             pass
+
+
+def concatenate_files(parts: list[str], path: str) -> None:
+    """Writes the files `parts` back to back as `path`, then deletes them.
+
+    `path` appears complete or not at all (temporary name, renamed). Concatenated
+    TFRecord files are a TFRecord file, and concatenated gzip members a gzip file
+    (RFC 1952), which TensorFlow's reader reads through.
+    """
+    temporary = RecordFileWriter.temporary_name(path)
+    with open(temporary, "wb") as target:
+        for part in parts:
+            with open(part, "rb") as source:
+                _copy(source, target)
+        target.flush()
+        os.fsync(target.fileno())
+    os.replace(temporary, path)
+    for part in parts:
+        os.remove(part)
+
+
+def _copy(source, target) -> None:
+    """Copies a whole file into another, in the kernel where it can."""
+    size = os.fstat(source.fileno()).st_size
+    try:
+        while size > 0:
+            copied = os.copy_file_range(source.fileno(), target.fileno(), size)
+            if copied == 0:
+                break
+            size -= copied
+    except OSError:  # no copy_file_range across these file systems: copy in Python
+        shutil.copyfileobj(source, target, 1 << 20)
+        target.flush()  # the next part may be copied by the kernel again

@@ -7,6 +7,7 @@ Model Garden comparisons (fidelity, interop) are in test_data_prep_fidelity.py.
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -48,10 +49,14 @@ def generate(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
     )
 
 
-def read_file(path: Path) -> dict[str, np.ndarray]:
+def read_file_list(paths: list[str]) -> dict[str, np.ndarray]:
     from data_prep.analysis import load_examples
 
-    return load_examples([str(path)])
+    return load_examples(paths)
+
+
+def read_file(path: Path) -> dict[str, np.ndarray]:
+    return read_file_list([str(path)])
 
 
 # ----------------------------------------------------------------------------------
@@ -207,6 +212,52 @@ def test_same_inputs_seed_and_workers_give_identical_bytes(tmp_path):
     assert outputs["w2a"] == outputs["w2b"]
     assert outputs["w1"] != outputs["w2a"]  # the NotNext pools differ with the worker count
     assert outputs["seed"] != outputs["w1"]
+
+
+def test_two_workers_write_whole_shards_gzip_too(tmp_path):
+    corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 150_000)
+    common = [f"--input_file={corpus}", f"--vocab_file={shared_file(UNCASED)}", "--dupe_factor=2"]
+    shards = ["--num_output_shards=3"]
+    for name, extra in [("one", []), ("two", ["--num_workers=2"]), ("twogz", ["--num_workers=2", "--gzip"])]:
+        result = generate(*common, *shards, *extra, f"--output_file={tmp_path / name}",
+                          f"--stats_file={tmp_path / (name + '.json')}")
+        assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no parts left
+    paths = {name: [str(tmp_path / f"{name}-0000{k}-of-00003") for k in range(3)] for name in ("one", "two", "twogz")}
+    one, two, twogz = (read_file_list(paths[name]) for name in ("one", "two", "twogz"))
+    # gzip: the workers' compressed parts joined are one gzip file TensorFlow reads whole.
+    assert all(np.array_equal(two[k], twogz[k]) for k in two)
+    stats = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in ("one", "two")}
+    assert len(two["input_word_ids"]) == stats["two"]["instances"]  # counts from every worker
+    assert stats["one"]["documents"] == stats["two"]["documents"]
+    # Same documents, other NotNext pools: the same amount of data within a few percent.
+    assert abs(len(two["input_word_ids"]) / len(one["input_word_ids"]) - 1) < 0.03
+    # Each worker's part covers the whole corpus: both halves of a shard mix all of it.
+    assert abs(stats["two"]["not_next_rate"] - stats["one"]["not_next_rate"]) < 0.02
+
+
+def test_a_failing_worker_stops_the_run_and_leaves_no_file(tmp_path, monkeypatch):
+    from bert_tf.errors import BertTfError
+    from data_prep import generate as generation
+    from data_prep.chunks import ChunkProcessor, GenerationOptions
+
+    corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 150_000)
+    parent = os.getpid()
+    process = ChunkProcessor.process
+
+    def fails_in_the_child(self, task):
+        if os.getpid() != parent and task.index >= 1:
+            raise BertTfError("worker 1 could not go on.")
+        return process(self, task)
+
+    monkeypatch.setattr(ChunkProcessor, "process", fails_in_the_child)
+    out = tmp_path / "out"
+    out.mkdir()
+    job = generation.Job([str(corpus)], [str(out / f"s{k}") for k in range(2)], str(shared_file(UNCASED)),
+                         options=GenerationOptions(dupe_factor=1), num_workers=2)
+    with pytest.raises(BertTfError, match="worker 1 could not go on"):
+        generation.run(job, progress=False)
+    assert sorted(out.iterdir()) == []
 
 
 def test_rerun_skips_complete_shards_and_redoes_the_rest(tmp_path):
