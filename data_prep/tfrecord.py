@@ -284,21 +284,20 @@ class RecordFileWriter:
 
 
 def concatenate_files(parts: list[str], path: str) -> None:
-    """Writes the files `parts` back to back as `path`, then deletes them.
+    """Appends `parts[1:]` to `parts[0]` and renames that to `path`; deletes the parts.
 
-    `path` appears complete or not at all (temporary name, renamed). Concatenated
-    TFRecord files are a TFRecord file, and concatenated gzip members a gzip file
-    (RFC 1952), which TensorFlow's reader reads through.
+    `path` appears complete or not at all. Concatenated TFRecord files are a TFRecord
+    file, and concatenated gzip members a gzip file (RFC 1952), which TensorFlow's
+    reader reads through.
     """
-    temporary = RecordFileWriter.temporary_name(path)
-    with open(temporary, "wb") as target:
-        for part in parts:
+    with open(parts[0], "ab") as target:
+        for part in parts[1:]:
             with open(part, "rb") as source:
                 _copy(source, target)
         target.flush()
         os.fsync(target.fileno())
-    os.replace(temporary, path)
-    for part in parts:
+    os.replace(parts[0], path)
+    for part in parts[1:]:
         os.remove(part)
 
 
