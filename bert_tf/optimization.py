@@ -203,7 +203,7 @@ class Lamb(AdamWeightDecay):
     """LAMB (You et al. 2019): Adam with decay, rescaled per variable by a trust ratio.
 
     The update `u = m_hat / (sqrt(v_hat) + epsilon) + weight_decay_rate * w` (bias
-    corrected, as in the paper and NVIDIA's BERT) is multiplied by
+    corrected by default, as in the paper and NVIDIA's BERT) is multiplied by
     `||w|| / ||u||` (1 when either norm is 0), except for variables matching
     `exclude_from_layer_adaptation` (by default the weight-decay exclusions).
 
@@ -219,10 +219,11 @@ class Lamb(AdamWeightDecay):
         self,
         learning_rate: float | keras.optimizers.schedules.LearningRateSchedule = 1e-3,
         exclude_from_layer_adaptation: Sequence[str] | None = None,
+        bias_correction: bool = True,
         name: str = "lamb",
         **kwargs: Any,
     ):
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        super().__init__(learning_rate=learning_rate, bias_correction=bias_correction, name=name, **kwargs)
         if exclude_from_layer_adaptation is None:
             exclude_from_layer_adaptation = self.exclude_from_weight_decay_patterns
         self.exclude_from_layer_adaptation_patterns = tuple(exclude_from_layer_adaptation)
@@ -236,8 +237,9 @@ class Lamb(AdamWeightDecay):
 
     def update_step(self, gradient, variable, learning_rate):
         m, v, index = self._moments(gradient, variable)
-        m_hat, v_hat = self._corrected(m, v, variable)
-        update = m_hat / (ops.sqrt(v_hat) + self.epsilon)
+        if self.bias_correction:
+            m, v = self._corrected(m, v, variable)
+        update = m / (ops.sqrt(v) + self.epsilon)
         if self._decayed[index]:
             update = update + self.weight_decay_rate * variable
         if self._adapted[index]:
@@ -264,6 +266,9 @@ def create_optimizer(
     bias_correction: bool = False,
 ) -> AdamWeightDecay:
     """The original `create_optimizer`: `adamw` (BERT's) or `lamb`, with its schedule.
+
+    `bias_correction` is AdamW's (off in the original); LAMB always corrects, as the
+    paper does.
 
     Example:
     >>> optimizer = create_optimizer("adamw", 1e-4, num_train_steps=1000, num_warmup_steps=100)

@@ -127,6 +127,15 @@ def test_lamb_update_matches_the_hand_computation():
     np.testing.assert_allclose(np.asarray(weight), w0 - 0.01 * trust * update, rtol=1e-5)
 
 
+def test_lamb_without_bias_correction_uses_the_raw_moments():
+    w0, g = np.array([1.0, -2.0, 2.0]), np.array([0.3, 0.1, -0.2])
+    weight = variable("dense", "kernel", w0)
+    Lamb(learning_rate=0.01, weight_decay_rate=DECAY, bias_correction=False).apply([g.astype("float32")], [weight])
+    update = (1 - BETA_1) * g / (np.sqrt((1 - BETA_2) * g * g) + EPSILON) + DECAY * w0
+    trust = np.linalg.norm(w0) / np.linalg.norm(update)
+    np.testing.assert_allclose(np.asarray(weight), w0 - 0.01 * trust * update, rtol=1e-5)
+
+
 def test_unknown_optimizer_is_a_user_error():
     from bert_tf import BertTfError
 
