@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -230,7 +231,7 @@ class Share:
 
 def produce_share(
     job: Job,
-    tokenizer: FullTokenizer,
+    processor: ChunkProcessor,
     files: list[str],
     shard_of: Callable[[int], int],
     share: Share,
@@ -245,7 +246,6 @@ def produce_share(
     `report` hears ("chunk", (counts, end_offset)) after each chunk and ("shard", k)
     once the worker's part of shard k is complete (an empty part too).
     """
-    processor = ChunkProcessor(job.options, tokenizer)
     sinks: dict[int, ShardSink] = {}
     finished: set[int] = set()
 
@@ -280,10 +280,10 @@ def produce_share(
 
 
 # === Several workers ===
-def _child_main(job, tokenizer, files, shard_of, share: Share, connection) -> None:
+def _child_main(job, processor, files, shard_of, share: Share, connection) -> None:
     """A forked worker: produces its share and tells the parent through `connection`."""
     try:
-        produce_share(job, tokenizer, files, shard_of, share, InputProblems(), lambda _: None, _send(connection))
+        produce_share(job, processor, files, shard_of, share, InputProblems(), lambda _: None, _send(connection))
         connection.send(("done", None))
     except BaseException as error:  # reported to the parent, which raises
         connection.send(("error", error if isinstance(error, BertTfError) else traceback.format_exc()))
@@ -309,13 +309,24 @@ class _Coordinator:
         self.offsets = [0] * job.num_workers
         self.children: dict[int, tuple[multiprocessing.Process, object]] = {}
 
-    def start_children(self, files: list[str], shard_of: Callable[[int], int], tokenizer: FullTokenizer) -> None:
-        context = multiprocessing.get_context("fork")  # shares the loaded vocabulary and numpy
+    def start_children(self, files: list[str], shard_of: Callable[[int], int], processor: ChunkProcessor) -> None:
+        # Forked: each child starts with its own copy of the processor, whose vocabulary
+        # tables are built once, and with numpy already imported.
+        context = multiprocessing.get_context("fork")
+        # Frozen objects are left alone by the children's garbage collector, so the
+        # pages they share with this process stay shared (Python's advice for fork).
+        gc.freeze()
+        try:
+            self._fork(context, files, shard_of, processor)
+        finally:
+            gc.unfreeze()
+
+    def _fork(self, context, files, shard_of, processor: ChunkProcessor) -> None:
         for worker in range(1, self.num_workers):
             receiver, sender = context.Pipe(duplex=False)
             share = Share(worker, self.num_workers, self.todo)
             process = context.Process(
-                target=_child_main, args=(self.job, tokenizer, files, shard_of, share, sender), daemon=True
+                target=_child_main, args=(self.job, processor, files, shard_of, share, sender), daemon=True
             )
             process.start()
             sender.close()
@@ -445,9 +456,10 @@ def _generate(
     """Streams the corpus into the shards listed in `todo`, on `job.num_workers` processes."""
     coordinator = _Coordinator(job, todo, counts, tracker)
     try:
-        coordinator.start_children(files, shard_of, tokenizer)
+        processor = ChunkProcessor(job.options, tokenizer)
+        coordinator.start_children(files, shard_of, processor)
         share = Share(0, job.num_workers, todo)
-        produce_share(job, tokenizer, files, shard_of, share, problems, warn, lambda e, v: coordinator.hear(0, e, v))
+        produce_share(job, processor, files, shard_of, share, problems, warn, lambda e, v: coordinator.hear(0, e, v))
         coordinator.wait_for_children()
     except BaseException:
         coordinator.kill()

@@ -290,7 +290,8 @@ def concatenate_files(parts: list[str], path: str) -> None:
     file, and concatenated gzip members a gzip file (RFC 1952), which TensorFlow's
     reader reads through.
     """
-    with open(parts[0], "ab") as target:
+    with open(parts[0], "r+b") as target:  # not "ab": copy_file_range refuses O_APPEND
+        target.seek(0, os.SEEK_END)
         for part in parts[1:]:
             with open(part, "rb") as source:
                 _copy(source, target)
