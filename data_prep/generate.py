@@ -46,10 +46,10 @@ from data_prep.tfrecord import RecordFileWriter, concatenate_files, split_record
 # Text per chunk: big enough that numpy works on thousands of instances at once, small
 # enough to balance work between workers on a 1 MB corpus.
 CHUNK_BYTES = 64 << 10
-# Records the writer holds to shuffle across chunks (the original shuffles the whole
-# corpus' instances; Model Garden's reader then shuffles again). It moves groups of
-# consecutive records of a chunk, already in random order within the chunk: mixing as
-# well at a fraction of the per-record Python work, which matters for the main process.
+# Records each worker holds to shuffle across its chunks (the original shuffles the
+# whole corpus' instances; Model Garden's reader then shuffles again). It moves groups
+# of consecutive records of a chunk, already in random order within the chunk: mixing
+# as well at a fraction of the per-record Python work.
 SHUFFLE_BUFFER_BYTES = 16 << 20
 SHUFFLE_GROUP = 8
 
@@ -338,9 +338,9 @@ class _Coordinator:
             self.counts.update(chunk_counts)
             self.offsets[worker] = end_offset
             self.tracker.update(min(self.offsets), self.counts["documents"], self.counts["instances"])
-        elif event == "shard":
+        elif event == "shard" and self.num_workers > 1:  # a single worker wrote the shard itself
             self.parts_done[value] += 1
-            if self.num_workers > 1 and self.parts_done[value] == self.num_workers:
+            if self.parts_done[value] == self.num_workers:
                 output = self.job.output_files[value]
                 parts = [part_path(output, w, self.num_workers) for w in range(self.num_workers)]
                 concatenate_files(parts, output)
