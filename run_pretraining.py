@@ -55,6 +55,7 @@ flags.DEFINE_integer("num_tpu_cores", 8, "Only used if --use_tpu: TF2 trains on 
 # Ours.
 flags.DEFINE_enum("distribution_strategy", None, ["one_device", "mirrored", "multi_worker_mirrored", "tpu"], "one_device (a GPU, else the CPU), mirrored (all local GPUs), multi_worker_mirrored (the workers of TF_CONFIG) or tpu. Default: tpu with --use_tpu, else one_device.", flag_values=FLAGS)
 flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "adamw: the original AdamWeightDecay (no bias correction, epsilon 1e-6, decay 0.01 except LayerNorm and bias, clipping 1.0); lamb: for large batches.", flag_values=FLAGS)
+flags.DEFINE_enum("lr_decay", "original", ["original", "from_peak"], "original: linear decay counted from step 0, as the original (the rate falls to 1 - num_warmup_steps/num_train_steps of the peak when warm-up ends); from_peak: from the peak at the end of warm-up to 0, as HF's get_linear_schedule_with_warmup.", flag_values=FLAGS)
 flags.DEFINE_bool("adam_bias_correction", False, "With --optimizer=adamw: Adam's bias correction of the moments (as torch's AdamW and Model Garden; the original has none, which makes the first ~1000 updates up to ~3x larger and can collapse a small model at a high learning rate).", flag_values=FLAGS)
 flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"], "Compute in bfloat16 or float16 (with dynamic loss scaling); variables, LayerNorm, softmax and losses stay float32.", flag_values=FLAGS)
 flags.DEFINE_bool("jit_compile", False, "XLA-compile the train step (only its forward/backward under multi-replica strategies).", flag_values=FLAGS)
@@ -114,6 +115,7 @@ def options_from_flags(values):
         num_tpu_cores=values.num_tpu_cores if strategy == "tpu" else None,
         optimizer=values.optimizer,
         adam_bias_correction=values.adam_bias_correction,
+        lr_decay=values.lr_decay,
         mixed_precision=values.mixed_precision,
         jit_compile=values.jit_compile,
         gradient_accumulation_steps=values.gradient_accumulation_steps,

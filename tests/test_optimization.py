@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 
-from bert_tf import BertConfig, BertEncoder, BertPretrainer
+from bert_tf import BertConfig, BertEncoder, BertPretrainer, BertTfError
 from bert_tf.optimization import AdamWeightDecay, Lamb, WarmupLinearDecay, create_optimizer
 from tests.conftest import REPO_ROOT, require_module
 
@@ -103,6 +103,28 @@ def test_learning_rate_warms_up_then_decays_linearly_to_zero():
     np.testing.assert_allclose([float(no_warmup(s)) for s in range(5)], [2e-5, 1.5e-5, 1e-5, 5e-6, 0.0], rtol=1e-6)
 
 
+def test_decay_from_peak_is_hf_get_linear_schedule_with_warmup():
+    """`decay="from_peak"` gives HF's schedule at every step (the rate of update `step`)."""
+    require_module("transformers", "its get_linear_schedule_with_warmup is the reference")
+    import torch
+    import transformers
+    total, warmup, peak = 57, 6, 3e-5
+    reference = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=peak)
+    schedule = transformers.get_linear_schedule_with_warmup(reference, warmup, total)
+    want = []
+    for _ in range(total + 3):
+        want.append(reference.param_groups[0]["lr"])
+        reference.step()
+        schedule.step()
+    ours = WarmupLinearDecay(peak, num_train_steps=total, num_warmup_steps=warmup, decay="from_peak")
+    np.testing.assert_allclose([float(ours(step)) for step in range(total + 3)], want, rtol=1e-5, atol=1e-12)
+
+
+def test_unknown_learning_rate_decay_is_a_user_error():
+    with pytest.raises(BertTfError, match="Unknown learning-rate decay 'cosine'; use one of original, from_peak"):
+        create_optimizer("adamw", 1e-4, 10, 1, lr_decay="cosine")
+
+
 def test_weight_decay_skips_every_layer_norm_and_bias_of_the_model():
     model = BertPretrainer(BertEncoder(BertConfig.from_preset("tiny", vocab_size=100)), 4)
     optimizer = create_optimizer("adamw", 1e-4, 100, 10)
@@ -137,8 +159,6 @@ def test_lamb_without_bias_correction_uses_the_raw_moments():
 
 
 def test_unknown_optimizer_is_a_user_error():
-    from bert_tf import BertTfError
-
     with pytest.raises(BertTfError, match="Unknown optimizer 'sgd'"):
         create_optimizer("sgd", 1e-4, 10, 1)
 

@@ -79,6 +79,7 @@ class PretrainingOptions:
     gcp_project: str | None = None
     optimizer: str = "adamw"
     adam_bias_correction: bool = False
+    lr_decay: str = "original"
     mixed_precision: str = "none"
     jit_compile: bool = False
     gradient_accumulation_steps: int = 1
@@ -277,6 +278,7 @@ class PretrainingRun:
                 options.num_train_steps,
                 options.num_warmup_steps,
                 bias_correction=options.adam_bias_correction,
+                lr_decay=options.lr_decay,
             )
             step_options = StepOptions(self.plan, options.mixed_precision == "fp16", options.jit_compile)
             self.trainer = Trainer(self.strategy, self.model, self.optimizer, step_options, self.tpu)
