@@ -1,0 +1,68 @@
+"""The fine-tuning loop's update, checked against a step written out by hand."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bert_tf import BertConfig, BertEncoder
+from bert_tf.optimization import AdamWeightDecay
+from fine_tune.heads import ClassificationHead, classification_loss
+from fine_tune.task import Features
+from fine_tune.trainer import ENCODER_INPUTS, Trainer, TrainingConfig
+
+
+def repeated_token_features() -> Features:
+    """Rows that repeat one token many times: its embedding gradient comes as many slices."""
+    ids = [np.array([2] + [5] * 20 + [3], np.int32), np.array([2, 6, 6, 6, 7, 3], np.int32)] * 2
+    return Features(
+        {"input_word_ids": ids, "input_type_ids": [np.zeros_like(i) for i in ids]},
+        {"label_ids": np.array([0, 1, 1, 0], np.int32)},
+        np.arange(len(ids)),
+    )
+
+
+def classifier(seed: int) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    config = BertConfig.from_preset("tiny", vocab_size=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = ClassificationHead().build(BertEncoder(config), 2, 0.0)
+    # A large head makes large gradients: clipping then acts on every step.
+    head = model.get_layer("logits")
+    kernel = np.random.default_rng(seed).normal(0.0, 30.0, head.kernel.shape).astype("float32")
+    head.set_weights([kernel, np.zeros(2, "float32")])
+    return model
+
+
+def test_two_steps_clip_the_dense_global_norm(tmp_path):
+    """The loop's weights after 2 steps equal a hand-written step: the dense gradients
+    (repeated tokens summed), clipped by TensorFlow's own `clip_by_global_norm` to 1.0,
+    then the same optimiser without clipping. A constant rate (no warm-up) so both
+    updates count; the clipping factors differ between the steps, which Adam feels."""
+    features = repeated_token_features()
+    config = TrainingConfig(str(tmp_path), train_batch_size=2, num_train_epochs=1, warmup_proportion=0.0,
+                            learning_rate=0.05, lr_decay="from_peak", iterations_per_loop=1, save_checkpoints_steps=100)
+    model = classifier(seed=7)
+    reference = classifier(seed=7)
+    strategy = tf.distribute.get_strategy()
+    trainer = Trainer(model, classification_loss, False, config, strategy)
+    batches = list(trainer.distribute(features, trainer._plan(features, epoch=0)))
+    assert trainer.train(features) == 2
+
+    # The schedule would be 0.05 then 0.025 (linear decay over 2 steps, no warm-up).
+    optimizer = AdamWeightDecay(learning_rate=0.05, global_clipnorm=None)
+    optimizer.build(reference.trainable_variables)
+    norms = []
+    for rate, batch in zip((0.05, 0.025), batches):
+        optimizer.learning_rate.assign(rate)
+        with tf.GradientTape() as tape:
+            logits = reference({key: batch[key] for key in ENCODER_INPUTS}, training=True)
+            total, count = classification_loss(batch, logits)
+            loss = total / count
+        gradients = [tf.convert_to_tensor(g) for g in tape.gradient(loss, reference.trainable_variables)]
+        clipped, norm = tf.clip_by_global_norm(gradients, 1.0)
+        norms.append(float(norm))
+        optimizer.apply_gradients(zip(clipped, reference.trainable_variables))
+    assert min(norms) > 1.0  # clipping was active at both steps
+    for ours, theirs in zip(model.trainable_variables, reference.trainable_variables):
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-4, atol=1e-5, err_msg=ours.path)
