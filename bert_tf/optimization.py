@@ -195,13 +195,19 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         v_hat = v / (1.0 - ops.power(ops.cast(self.beta_2, variable.dtype), step))
         return m_hat, v_hat
 
-    def update_step(self, gradient, variable, learning_rate):
+    def _direction(self, gradient, variable):
+        """`m / (sqrt(v) + epsilon)` (bias corrected if asked), plus the decay term; and
+        the variable's index."""
         m, v, index = self._moments(gradient, variable)
         if self.bias_correction:
             m, v = self._corrected(m, v, variable)
         update = m / (ops.sqrt(v) + self.epsilon)
         if self._decayed[index]:
             update = update + self.weight_decay_rate * variable
+        return update, index
+
+    def update_step(self, gradient, variable, learning_rate):
+        update, _ = self._direction(gradient, variable)
         self.assign_sub(variable, ops.cast(learning_rate, variable.dtype) * update)
 
     def get_config(self) -> dict[str, Any]:
@@ -254,12 +260,7 @@ class Lamb(AdamWeightDecay):
         self._adapted = [not _matches(self._adaptation_exclude_pattern, v) for v in var_list]
 
     def update_step(self, gradient, variable, learning_rate):
-        m, v, index = self._moments(gradient, variable)
-        if self.bias_correction:
-            m, v = self._corrected(m, v, variable)
-        update = m / (ops.sqrt(v) + self.epsilon)
-        if self._decayed[index]:
-            update = update + self.weight_decay_rate * variable
+        update, index = self._direction(gradient, variable)
         if self._adapted[index]:
             w_norm = ops.sqrt(ops.sum(ops.square(variable)))
             u_norm = ops.sqrt(ops.sum(ops.square(update)))
