@@ -6,6 +6,9 @@ resumable checkpoints, TensorBoard, and the best checkpoint by the dev metric.
   written between loops.
 - The loss of a batch is the task's (sum, count) averaged on each replica and divided by
   the number of replicas, so the gradient is the global mean whatever the strategy.
+- The update is pre-training's (`bert_tf.training.update.Updater`): the replicas'
+  gradients are summed before the global norm is clipped, as on one device; fp16 has
+  dynamic loss scaling; a non-finite loss skips the update and stops the run.
 - Batches come from `fine_tune.batching` with shapes [batch, None]: one traced step
   serves every padded length.
 - `output_dir/checkpoints` holds the model and optimiser every `save_checkpoints_steps`
@@ -32,6 +35,7 @@ import tensorflow as tf
 
 from bert_tf.errors import BertTfError
 from bert_tf.optimization import create_optimizer
+from bert_tf.training.update import Updater
 from fine_tune import batching
 from fine_tune.task import INPUT_KEYS, Features
 
@@ -133,6 +137,7 @@ class Trainer:
         self.config = config
         self.strategy = strategy
         self.optimizer: keras.optimizers.Optimizer | None = None
+        self.updater: Updater | None = None
         self._predict_functions: dict[tuple[str, ...], Any] = {}
         # (rows, seconds) of every training loop: the first one includes tracing.
         self.loop_times: list[tuple[int, float]] = []
@@ -157,7 +162,8 @@ class Trainer:
         return len(self._plan(features, epoch=0))
 
     def build_optimizer(self, total_steps: int) -> keras.optimizers.Optimizer:
-        """BERT's optimiser with warm-up over `warmup_proportion` of `total_steps`, then linear decay."""
+        """BERT's optimiser with warm-up over `warmup_proportion` of `total_steps`, then linear
+        decay, and the `Updater` that applies it."""
         config = self.config
         warmup = int(total_steps * config.warmup_proportion)
         with self.strategy.scope():
@@ -170,10 +176,10 @@ class Trainer:
                 bias_correction=config.adam_bias_correction,
                 lr_decay=config.lr_decay,
             )
-            if config.mixed_precision == "fp16":
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-            # Built now, so that no variable is created inside the looped tf.function.
-            optimizer.build(self.model.trainable_variables)
+            # Built now (in the updater), so that no variable is created inside the looped tf.function.
+            self.updater = Updater(
+                self.strategy, optimizer, self.model.trainable_variables, config.mixed_precision == "fp16"
+            )
         self.optimizer = optimizer
         return optimizer
 
@@ -195,15 +201,21 @@ class Trainer:
         # Dropout's random state is a Keras variable that tf.train.Checkpoint does not
         # find by itself: saved explicitly, so a resumed run draws the same masks.
         seeds = [v for v in self.model.variables if v.path.endswith("seed_generator_state")]
-        checkpoint = tf.train.Checkpoint(model=self.model, optimizer=optimizer, seeds=seeds)
+        checkpoint = tf.train.Checkpoint(
+            model=self.model,
+            optimizer=optimizer,
+            seeds=seeds,
+            loss_scale=self.updater.loss_scale,
+            loss_scale_good_steps=self.updater.good_steps,
+        )
         manager = tf.train.CheckpointManager(
             checkpoint, os.path.join(config.output_dir, "checkpoints"), max_to_keep=config.keep_checkpoint_max
         )
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-            print(f"Resuming from {manager.latest_checkpoint} at step {int(optimizer.iterations)}.", flush=True)
+            print(f"Resuming from {manager.latest_checkpoint} at step {self.completed_steps}.", flush=True)
         loop = _Loop(self, features, total_steps, manager, evaluate)
-        step = int(optimizer.iterations)
+        step = self.completed_steps
         while step < total_steps:
             epoch, done_in_epoch = divmod(step, steps_per_epoch)
             plan = self._plan(features, epoch)[done_in_epoch : done_in_epoch + total_steps - step]
@@ -212,6 +224,11 @@ class Trainer:
         if manager.latest_checkpoint is None or not manager.latest_checkpoint.endswith(f"-{step}"):
             manager.save(checkpoint_number=step)
         return step
+
+    @property
+    def completed_steps(self) -> int:
+        """The optimiser steps applied so far (read from the first replica's copy)."""
+        return int(self.strategy.experimental_local_results(self.optimizer.iterations.value)[0].numpy())
 
     # === Inference ===
     def predict(self, features: Features, batch_size: int) -> list[Any]:
@@ -306,15 +323,15 @@ class _Loop:
             self.evaluate_fn(step)
 
     def _log(self, step: int, loss: float, examples_per_s: float, tokens_per_s: float) -> None:
-        optimizer = self.trainer.optimizer
-        learning_rate = float(optimizer.learning_rate)
+        trainer = self.trainer
+        learning_rate = float(trainer.optimizer.learning_rate)
         with self.writer.as_default(step=step):
             tf.summary.scalar("loss", loss)
             tf.summary.scalar("learning_rate", learning_rate)
             tf.summary.scalar("examples_per_second", examples_per_s)
             tf.summary.scalar("tokens_per_second", tokens_per_s)
-            if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-                tf.summary.scalar("loss_scale", float(optimizer.dynamic_scale))
+            if trainer.updater.loss_scaling:
+                tf.summary.scalar("loss_scale", float(trainer.updater.loss_scale.numpy()))
         self.writer.flush()
         print(
             f"step {step}/{self.total_steps} loss {loss:.4f} lr {learning_rate:.3g} "
@@ -323,31 +340,31 @@ class _Loop:
         )
 
     def _step(self, batch: dict[str, tf.Tensor]) -> tf.Tensor:
+        """One step on this replica's share of the batch; the batch's loss (all replicas)."""
         trainer = self.trainer
-        model, optimizer = trainer.model, trainer.optimizer
+        model, updater = trainer.model, trainer.updater
         replicas = trainer.strategy.num_replicas_in_sync
         with tf.GradientTape() as tape:
             outputs = model({key: batch[key] for key in ENCODER_INPUTS}, training=True)
             total, count = trainer.loss(batch, outputs)
             loss = total / tf.maximum(count, 1.0) / replicas
-            scaled = optimizer.scale_loss(loss)
+            scaled = updater.scale(loss)
         variables = model.trainable_variables
-        # A head that ignores part of the encoder (the pooler, for tagging) leaves it without gradient.
-        # Embedding gradients come as IndexedSlices with one row per token, repeats included;
-        # Keras' global-norm clipping would square those rows before adding them up, so they
-        # are made dense first (the update touches every row of the slots anyway).
+        # A head that ignores part of the encoder (the pooler, for tagging) leaves it without
+        # gradient. Embedding gradients come as IndexedSlices with one row per token, repeats
+        # included: made dense, so the global norm adds the repeats up before squaring.
         gradients = tape.gradient(scaled, variables)
         pairs = [(tf.convert_to_tensor(g), v) for g, v in zip(gradients, variables) if g is not None]
-        optimizer.apply_gradients(pairs)
-        return loss
+        return updater([g for g, _ in pairs], [v for _, v in pairs], loss).loss
 
     def _loop(self, iterator, steps: tf.Tensor) -> tf.Tensor:
-        """`steps` training steps in one host call; the mean loss."""
+        """`steps` training steps in one host call; the mean loss (NaN once a step was not finite)."""
         strategy = self.trainer.strategy
         total = tf.constant(0.0)
         for _ in tf.range(steps):
             losses = strategy.run(self._step, args=(next(iterator),))
-            total += strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+            # Every replica holds the same, already summed, loss.
+            total += strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
         return total / tf.cast(steps, tf.float32)
 
 

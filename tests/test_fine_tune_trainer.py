@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -11,6 +16,7 @@ from bert_tf.optimization import AdamWeightDecay
 from fine_tune.heads import ClassificationHead, classification_loss
 from fine_tune.task import Features
 from fine_tune.trainer import ENCODER_INPUTS, Trainer, TrainingConfig
+from tests.conftest import REPO_ROOT
 
 
 def repeated_token_features() -> Features:
@@ -34,14 +40,26 @@ def classifier(seed: int) -> keras.Model:
     return model
 
 
+def two_step_config(output_dir: str) -> TrainingConfig:
+    return TrainingConfig(output_dir, train_batch_size=2, num_train_epochs=1, warmup_proportion=0.0,
+                          learning_rate=0.05, lr_decay="from_peak", iterations_per_loop=1, save_checkpoints_steps=100)
+
+
+def two_step_weights(strategy: tf.distribute.Strategy, output_dir: str) -> list[np.ndarray]:
+    """The weights after the loop's 2 steps on `repeated_token_features` under `strategy`."""
+    with strategy.scope():
+        model = classifier(seed=7)
+    Trainer(model, classification_loss, False, two_step_config(output_dir), strategy).train(repeated_token_features())
+    return [np.asarray(v) for v in model.trainable_variables]
+
+
 def test_two_steps_clip_the_dense_global_norm(tmp_path):
     """The loop's weights after 2 steps equal a hand-written step: the dense gradients
     (repeated tokens summed), clipped by TensorFlow's own `clip_by_global_norm` to 1.0,
     then the same optimiser without clipping. A constant rate (no warm-up) so both
     updates count; the clipping factors differ between the steps, which Adam feels."""
     features = repeated_token_features()
-    config = TrainingConfig(str(tmp_path), train_batch_size=2, num_train_epochs=1, warmup_proportion=0.0,
-                            learning_rate=0.05, lr_decay="from_peak", iterations_per_loop=1, save_checkpoints_steps=100)
+    config = two_step_config(str(tmp_path))
     model = classifier(seed=7)
     reference = classifier(seed=7)
     strategy = tf.distribute.get_strategy()
@@ -66,3 +84,34 @@ def test_two_steps_clip_the_dense_global_norm(tmp_path):
     assert min(norms) > 1.0  # clipping was active at both steps
     for ours, theirs in zip(model.trainable_variables, reference.trainable_variables):
         np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-4, atol=1e-5, err_msg=ours.path)
+
+
+MIRRORED_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from tests.test_fine_tune_trainer import two_step_weights
+
+    one = two_step_weights(tf.distribute.OneDeviceStrategy("/cpu:0"), sys.argv[1] + "/one")
+    two = two_step_weights(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), sys.argv[1] + "/two")
+    print("max_difference", max(float(np.abs(a - b).max()) for a, b in zip(one, two)))
+    print("same", all(np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(one, two)))
+    """
+)
+
+
+def test_two_replicas_take_the_same_clipped_steps_as_one_device(tmp_path):
+    """MirroredStrategy over two logical CPUs, each replica with half of each batch, ends
+    with the weights of one device (before the shared `Updater`, fine-tuning under
+    MirroredStrategy stopped at its first step: `int()` of a mirrored step counter)."""
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-c", MIRRORED_SCRIPT, str(tmp_path)], capture_output=True, text=True, env=environment,
+        timeout=300, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "same True" in result.stdout, result.stdout[-500:]

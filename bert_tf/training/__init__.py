@@ -6,8 +6,9 @@ modules, which stay pure Keras 3.
 - `distribution`: strategies by name (`one_device`, `mirrored`,
   `multi_worker_mirrored`, `tpu`) and who is the chief;
 - `inputs`: checked input files, sharded per worker, split per replica;
-- `steps`: `Trainer`, the distributed train/eval steps (gradient accumulation, loss
-  scaling, clipping, NaN detection, XLA);
+- `steps`: `Trainer`, the distributed train/eval steps (gradient accumulation, XLA);
+- `update`: `Updater`, one optimiser update across replicas (all-reduce, loss scaling,
+  NaN detection, clipping), shared with fine-tuning;
 - `pretraining`: `PretrainingOptions` and `run`, the whole job (checkpoints, resume,
   TensorBoard, `eval_results.txt`).
 """

@@ -9,17 +9,9 @@ whole batch: N workers, or K accumulated micro-batches, take the same step as on
 device with the same global batch.
 
 A step, on each replica: forward/backward over the micro-batches (a `tf.while_loop`),
-one all-reduce of the gradients, then the update, the same on every replica:
-
-1. unscale (fp16), global norm, clip to the optimiser's `global_clipnorm` (1.0);
-2. skip the update when the loss or the gradients are not finite (fp16: the loss scale
-   halves; otherwise the step is reported as bad and the run stops at the end of the
-   loop, before the next checkpoint);
-3. `optimizer.update_step` for every variable, through `strategy.extended.update`.
-
-Keras' `optimizer.apply` is not used here because under `tf.distribute` it all-reduces
-the gradients itself, after clipping each replica's share: the clipped norm would be a
-per-replica one, and our own reduce (needed for that norm) would be done twice.
+then `bert_tf.training.update.Updater`: one all-reduce of the gradients, unscaling,
+the non-finite check (a bad step is reported and the run stops at the end of the loop,
+before the next checkpoint), clipping and the update, the same on every replica.
 
 Several steps run in one `tf.function` call (`--iterations_per_loop`); their metrics
 add up in a replica-local (`ON_READ`, summed) vector read once per loop.
@@ -34,9 +26,7 @@ import tensorflow as tf
 
 from bert_tf.losses import WEIGHT_EPSILON
 from bert_tf.training.inputs import MODEL_INPUTS, BatchPlan, split_per_replica
-
-INITIAL_LOSS_SCALE = 2.0**15
-LOSS_SCALE_GROWTH_STEPS = 2000  # Keras' and tf.keras' dynamic loss scale default
+from bert_tf.training.update import Updater
 # Summed over replicas: each replica adds its own part.
 REPLICA_STATS = (
     "masked_lm_loss_sum",
@@ -111,13 +101,6 @@ def _sync_on_read(name: str, size: int) -> tf.Variable:
     )
 
 
-def _step_state(name: str, value, dtype) -> tf.Variable:
-    # Every replica computes the same value: keep the first replica's.
-    return tf.Variable(
-        tf.constant(value, dtype), trainable=False, name=name, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
-    )
-
-
 class Trainer:
     """Train and eval loops of a `BertPretrainer` under a `tf.distribute` strategy.
 
@@ -160,9 +143,9 @@ class Trainer:
         self._variables = model.trainable_variables
         self.stats = _sync_on_read("train_stats", len(STATS))
         self.eval_stats = _sync_on_read("eval_stats", len(EVAL_STATS))
-        self.loss_scale = _step_state("loss_scale", INITIAL_LOSS_SCALE if options.loss_scaling else 1.0, tf.float32)
-        self.good_steps = _step_state("good_steps", 0, tf.int64)
-        optimizer.build(self._variables)
+        self.updater = Updater(strategy, optimizer, self._variables, options.loss_scaling)
+        self.loss_scale = self.updater.loss_scale
+        self.good_steps = self.updater.good_steps
 
         self._replica_step = self._step
         if options.jit_compile and isinstance(strategy, tf.distribute.OneDeviceStrategy):
@@ -205,21 +188,8 @@ class Trainer:
         global_batch = float(self.options.plan.global_batch_size)
         weight_total = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(batch["masked_lm_weights"]))
         grads, stats, loss = self._gradients(batch, weight_total, global_batch)
-        reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, [*grads, loss])
-        grads, loss = reduced[:-1], reduced[-1]
-        if self.options.loss_scaling:
-            grads = [g / self.loss_scale for g in grads]
-        norm = tf.linalg.global_norm(grads)
-        finite_loss = tf.math.is_finite(loss)
-        apply = finite_loss & tf.math.is_finite(norm)
-        # With fp16, overflowing gradients are routine (the loss scale adapts); a
-        # non-finite loss is not. Without loss scaling, either means divergence.
-        bad = tf.logical_not(finite_loss if self.options.loss_scaling else apply)
-        clip = self.optimizer.global_clipnorm
-        if clip:
-            grads, _ = tf.clip_by_global_norm(grads, clip, use_norm=norm)
-        tf.__internal__.distribute.interim.maybe_merge_call(self._apply, self.strategy, grads, apply)
-        self._record(context, stats, loss, norm, apply, bad, step_number)
+        result = self.updater(grads, self._variables, loss)
+        self._record(context, stats, result, step_number)
 
     def _accumulated_gradients(self, batch, weight_total, global_batch):
         """Sums of the gradients, stats and loss over the micro-batches of `batch`."""
@@ -247,48 +217,22 @@ class Trainer:
             stats = _batch_stats(batch, outputs)
             # This micro-batch's share of the global batch's loss (see the module doc).
             loss = stats[0] / (weight_total + WEIGHT_EPSILON) + stats[3] / global_batch
-            scaled = loss * self.loss_scale if self.options.loss_scaling else loss
+            scaled = self.updater.scale(loss)
         grads = tape.gradient(scaled, self._variables)
         # Embedding gradients come as IndexedSlices; the sums and the all-reduce want tensors.
         return [tf.convert_to_tensor(g) for g in grads], stats, loss
 
-    def _apply(self, strategy, grads, apply):
-        # Cross-replica context (or replica context on strategies without merge_call):
-        # `apply` is the same on every replica, computed from all-reduced values.
-        apply = strategy.experimental_local_results(apply)[0]
-        tf.cond(apply, lambda: self._update(strategy, grads), lambda: None)
-        if self.options.loss_scaling:
-            self._adjust_loss_scale(apply)
-
-    def _update(self, strategy, grads) -> None:
-        learning_rate = self.optimizer.learning_rate
-        for grad, variable in zip(grads, self._variables):
-            strategy.extended.update(
-                variable.value, self._update_variable, args=(grad, learning_rate), group=False
-            )
-        self.optimizer.iterations.assign_add(1)
-
-    def _update_variable(self, variable, grad, learning_rate):
-        self.optimizer.update_step(grad, variable, learning_rate)
-
-    def _adjust_loss_scale(self, finite):
-        """Halve on overflow; double after `LOSS_SCALE_GROWTH_STEPS` good steps."""
-        grow = finite & (self.good_steps + 1 >= LOSS_SCALE_GROWTH_STEPS)
-        scale = tf.where(grow, self.loss_scale * 2.0, self.loss_scale)
-        self.loss_scale.assign(tf.where(finite, scale, tf.maximum(self.loss_scale / 2.0, 1.0)))
-        self.good_steps.assign(tf.where(finite & tf.logical_not(grow), self.good_steps + 1, 0))
-
-    def _record(self, context, stats, loss, norm, apply, bad, step_number):
+    def _record(self, context, stats, result, step_number):
         first_replica = tf.cast(tf.equal(context.replica_id_in_sync_group, 0), tf.float32)
         seen_bad = self.stats[STATS.index("bad_steps")] > 0  # this replica's (replica 0's) count
-        first_bad = tf.where(bad & tf.logical_not(seen_bad), tf.cast(step_number, tf.float32), 0.0)
+        first_bad = tf.where(result.bad & tf.logical_not(seen_bad), tf.cast(step_number, tf.float32), 0.0)
         whole_step = tf.stack(
             [
-                tf.where(tf.math.is_finite(loss), loss, 0.0),
-                tf.where(apply, norm, 0.0),
+                tf.where(tf.math.is_finite(result.loss), result.loss, 0.0),
+                tf.where(result.applied, result.gradient_norm, 0.0),
                 1.0,
-                tf.cast(apply, tf.float32),
-                tf.cast(bad, tf.float32),
+                tf.cast(result.applied, tf.float32),
+                tf.cast(result.bad, tf.float32),
                 first_bad,
             ]
         )
