@@ -49,6 +49,7 @@ sys.path.insert(0, os.path.dirname(_HERE))
 import numpy as np
 
 from bench.common import LR_DECAY_HELP, data_dir, print_table, torch_schedule, write_json
+from bert_tf.optimization import LR_DECAYS
 from fine_tune import registry
 from fine_tune.cli import parse_args, run
 
@@ -104,7 +105,8 @@ def run_ours(task: str, setting: Setting, output_dir: str) -> dict:
         f"--num_train_epochs={setting.epochs}", f"--train_batch_size={setting.batch_size}",
         f"--learning_rate={setting.learning_rate}", f"--max_seq_length={setting.max_seq_length}",
         f"--max_train_examples={setting.max_train_examples}", f"--padding={setting.padding}",
-        f"--seed={setting.seed}", f"--lr_decay={setting.lr_decay}", "--eval_batch_size=64", "--predict_batch_size=64", "--iterations_per_loop=50",
+        f"--seed={setting.seed}", f"--lr_decay={setting.lr_decay}", "--eval_batch_size=64", "--predict_batch_size=64",
+        "--iterations_per_loop=50",
     ]  # fmt: skip
     if setting.optimizer == "adamw":
         flags.append("--adam_bias_correction")
@@ -369,7 +371,7 @@ def main() -> None:
     parser.add_argument("--sides", default="ours,hf", help="which sides to run: ours, hf or both")
     parser.add_argument("--optimizer", choices=("adamw", "bert"), default="adamw",
                         help="both sides: adamw (bias-corrected, torch's AdamW) or bert (the original, uncorrected)")
-    parser.add_argument("--lr_decay", choices=("from_peak", "original"), default="from_peak", help=LR_DECAY_HELP)
+    parser.add_argument("--lr_decay", choices=LR_DECAYS, default="from_peak", help=LR_DECAY_HELP)
     parser.add_argument("--output", default="finetune", help="results name: bench/results/<output>.json")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="compute threads of each side")
     parser.add_argument("--padding_speedup", action="store_true", help="measure fixed vs dynamic vs bucket instead")
@@ -381,7 +383,8 @@ def main() -> None:
     if unknown:
         sys.exit(f"Unknown task {unknown[0]!r}; use some of {', '.join(TASKS)}.")
     setting = Setting(args.model_dir or minilm_dir(), args.epochs, args.batch_size, args.learning_rate,
-                      args.max_seq_length, args.max_train_examples, args.padding, args.seed, args.optimizer, args.lr_decay)
+                      args.max_seq_length, args.max_train_examples, args.padding, args.seed, args.optimizer,
+                      args.lr_decay)
     command = "python bench/finetune.py " + " ".join(sys.argv[1:])
     environment = {"threads": args.threads, "OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"]}
     if args.padding_speedup:

@@ -48,6 +48,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from bench.common import LR_DECAY_HELP, REPO_ROOT, data_dir, print_table, torch_schedule, write_json  # noqa: E402
+from bert_tf.optimization import LR_DECAYS  # noqa: E402
 from fine_tune.squad.evaluate import evaluate_v1, evaluate_v2  # noqa: E402
 from fine_tune.squad.oracle import oracle_check  # noqa: E402
 
@@ -353,7 +354,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--eval_batch_size", type=int, default=64)
     add("--learning_rate", type=float, default=5e-5)
     add("--seed", type=int, default=12345)
-    add("--lr_decay", choices=("from_peak", "original"), default="from_peak", help=LR_DECAY_HELP)
+    add("--lr_decay", choices=LR_DECAYS, default="from_peak", help=LR_DECAY_HELP)
     add("--skip_oracle", action="store_true", help="Only the learning benchmark.")
     add("--skip_learning", action="store_true", help="Only the whole-file oracle check.")
     add("--output", default="squad", help="Results name: bench/results/<output>.json.")

@@ -57,7 +57,6 @@ class Updater:
 
     Example:
     >>> import keras
-    >>> from bert_tf.optimization import AdamWeightDecay
     >>> strategy = tf.distribute.get_strategy()
     >>> w = keras.Variable([3.0, 4.0], name="kernel")
     >>> updater = Updater(strategy, keras.optimizers.SGD(1.0, global_clipnorm=1.0), [w], loss_scaling=False)
