@@ -393,18 +393,21 @@ def test_dynamic_masking_reader_rates(tmp_path, whole_word):
     )
     assert result.returncode == 0, result.stderr
     originals = read_file(tmp_path / "dyn")
-    dataset = pretraining_dataset(
-        str(tmp_path / "dyn"),
-        256,
-        128,
-        20,
-        is_training=False,
-        dynamic_masking=True,
-        vocab_size=30522,
-        whole_word_mask=whole_word,
-        seed=3,
-    )
-    batches = [{k: v.numpy() for k, v in batch.items()} for batch in dataset]
+
+    def masked(seed: int):
+        return pretraining_dataset(
+            str(tmp_path / "dyn"),
+            256,
+            128,
+            20,
+            is_training=False,
+            dynamic_masking=True,
+            vocab_size=30522,
+            whole_word_mask=whole_word,
+            seed=seed,
+        )
+
+    batches = [{k: v.numpy() for k, v in batch.items()} for batch in masked(seed=3)]
     got = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
     real = got["masked_lm_weights"] > 0
     rows = np.broadcast_to(np.arange(len(real))[:, None], real.shape)
@@ -427,21 +430,7 @@ def test_dynamic_masking_reader_rates(tmp_path, whole_word):
         after_sep = originals["input_word_ids"][:, :-1] == SEP_ID
         assert not (~chosen[:, :-1] & ~after_sep & continuation[:, 1:] & chosen[:, 1:]).any()
     # Another seed, other masks.
-    again = next(
-        iter(
-            pretraining_dataset(
-                str(tmp_path / "dyn"),
-                256,
-                128,
-                20,
-                is_training=False,
-                dynamic_masking=True,
-                vocab_size=30522,
-                whole_word_mask=whole_word,
-                seed=4,
-            )
-        )
-    )
+    again = next(iter(masked(seed=4)))
     assert not np.array_equal(again["masked_lm_positions"].numpy(), batches[0]["masked_lm_positions"])
 
 
