@@ -27,9 +27,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
 
 from bench.common import interleaved_times, print_table, write_json  # noqa: E402
+from bench.pretrain import BATCH, PREDICTIONS, SEQ  # noqa: E402 - the step this benchmark explains
 from bert_tf import BertConfig  # noqa: E402
-
-BATCH, SEQ, PREDICTIONS = 32, 128, 20
 
 
 def products(config: BertConfig) -> list[tuple[str, str, tuple, tuple, int]]:
