@@ -378,9 +378,45 @@ def test_gzip_v2_names_and_dynamic_masking_files(tmp_path):
     assert (tmp_path / "dynamic").stat().st_size <= 0.15 * (tmp_path / "static").stat().st_size
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"use_v2_feature_names": True}, {"dynamic_masking": True, "do_whole_word_mask": True}],
+    ids=["v1", "v2", "dynamic"],
+)
+def test_the_reader_reads_the_writer_records_under_the_original_names(tmp_path, options):
+    # The names as the original's create_pretraining_data.py and Model Garden's v2 write
+    # them, spelled out here: the writer and the reader share bert_tf.data.schema.
+    tf = pytest.importorskip("tensorflow")
+    from bert_tf.data.reader import pretraining_dataset
+    from bert_tf.tokenization import FullTokenizer
+    from data_prep.analysis import undo_masking
+    from data_prep.chunks import ChunkProcessor, ChunkTask, GenerationOptions
+
+    v2, dynamic = options.get("use_v2_feature_names", False), options.get("dynamic_masking", False)
+    ids, types = ("input_word_ids", "input_type_ids") if v2 else ("input_ids", "segment_ids")
+    masked = ["word_continuation"] if dynamic else ["masked_lm_positions", "masked_lm_ids", "masked_lm_weights"]
+    names = {ids, types, "input_mask", "next_sentence_labels", *masked}
+    generation = GenerationOptions(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2, **options)
+    lines = [f"the {word} of sentence number {i} is unaffable and playing ." for i, word in enumerate("abcdefgh")]
+    task = ChunkTask(0, 0, [lines[:4], lines[4:]], 0)
+    path = tmp_path / "records"
+    path.write_bytes(ChunkProcessor(generation, FullTokenizer(str(shared_file(UNCASED)))).process(task).records)
+    written = [tf.train.Example.FromString(r.numpy()).features.feature for r in tf.data.TFRecordDataset(str(path))]
+    assert len(written) > 4 and {frozenset(example) for example in written} == {frozenset(names)}
+    masking = {"dynamic_masking": True, "vocab_size": 30522, "whole_word_mask": True, "seed": 0} if dynamic else {}
+    batch = next(iter(pretraining_dataset(str(path), len(written), 32, 5, is_training=False, **masking)))
+    batch = {name: value.numpy() for name, value in batch.items()}
+    if dynamic:  # the reader masked the records anew: put their tokens back
+        batch["input_word_ids"] = undo_masking(batch)
+    model_names = {ids: "input_word_ids", types: "input_type_ids"}
+    for name in names - {"word_continuation"}:  # the reader masks with it and drops it
+        values = [example[name].float_list.value or example[name].int64_list.value for example in written]
+        np.testing.assert_array_equal(batch[model_names.get(name, name)], values, err_msg=name)
+
+
 @pytest.mark.parametrize("whole_word", [False, True])
 def test_dynamic_masking_reader_rates(tmp_path, whole_word):
-    from data_prep.pretraining_dataset import pretraining_dataset
+    from bert_tf.data.reader import pretraining_dataset
 
     corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 150_000)
     flags = ["--do_whole_word_mask"] if whole_word else []
