@@ -1,4 +1,4 @@
-"""Pre-training data for BERT: corpus preparation, vocabulary, TFRecords and their reader.
+"""Pre-training data for BERT: corpus preparation, vocabulary and the TFRecord writer.
 
 - `python create_pretraining_data.py`: the original's tool, streaming and parallel
   (`data_prep.generate`).

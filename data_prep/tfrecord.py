@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import google_crc32c
 import numpy as np
 
-from bert_tf.data.schema import CRC_MASK_DELTA
+from bert_tf.data.schema import mask_crc
 
 # Protobuf tags (field number << 3 | wire type 2 = length-delimited), all single bytes.
 _TAG_1 = 0x0A  # Example.features, Features.feature entry, entry key, [Int64|Float]List.value
@@ -183,8 +183,7 @@ def _masked_crcs_of_lengths(lengths: np.ndarray) -> np.ndarray:
 
 
 def _mask(crc: np.ndarray) -> np.ndarray:
-    crc = crc.astype(np.uint64)
-    return ((((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA) & 0xFFFFFFFF).astype("<u4")
+    return mask_crc(crc.astype(np.uint64)).astype("<u4")
 
 
 def serialize_examples(features: Sequence[IntFeature | FloatFeature]) -> tuple[bytes, np.ndarray]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import google_crc32c
 
@@ -94,13 +95,19 @@ def special_ids(vocab: Mapping[str, int]) -> dict[str, int]:
 # === Files ===
 GZIP = "GZIP"  # `tf.data.TFRecordDataset`'s compression_type; "" is none
 _GZIP_MAGIC = b"\x1f\x8b"
-CRC_MASK_DELTA = 0xA282EAD8  # TensorFlow's masked CRC-32C (record framing)
+_CRC_MASK_DELTA = 0xA282EAD8
+Crc = TypeVar("Crc")  # an int or a numpy array
+
+
+def mask_crc(crc: Crc) -> Crc:
+    """TensorFlow's masking of the CRC-32Cs that frame a record: rotate right by 15
+    bits, add a constant. For an `int`, or a numpy `uint64` array of them (the writer's)."""
+    return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
 
 
 def masked_crc32c(data: bytes) -> int:
-    """TensorFlow's masked CRC-32C: rotate right by 15 bits, add a constant."""
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA) & 0xFFFFFFFF
+    """The masked CRC-32C of `data`, as a TFRecord frame holds it."""
+    return mask_crc(google_crc32c.value(data))
 
 
 def compression_of(head: bytes) -> str:
@@ -109,8 +116,11 @@ def compression_of(head: bytes) -> str:
     A plain TFRecord file starts with a length and its masked CRC; the gzip magic
     (1f 8b) is trusted only when that CRC does not check out.
 
-    >>> compression_of(b"\\x1f\\x8b\\x08\\x00"), compression_of(b"\\x10" + bytes(11))
-    ('GZIP', '')
+    >>> compression_of(b"\\x1f\\x8b\\x08\\x00" + bytes(8))
+    'GZIP'
+    >>> length = (0x8B1F).to_bytes(8, "little")  # a first record of 35615 bytes: 1f 8b too
+    >>> compression_of(length + masked_crc32c(length).to_bytes(4, "little"))
+    ''
     """
     if head[:2] != _GZIP_MAGIC:
         return ""
