@@ -84,6 +84,19 @@ def test_every_agreed_command_is_on_the_venv_path(installed):
     assert [name for name in commands if not os.access(installed.bin / name, os.X_OK)] == []
 
 
+def test_the_package_requires_the_runtime_requirements_and_offers_beam(installed):
+    from packaging.requirements import Requirement
+
+    script = "import importlib.metadata as m; print(*m.requires('bert-tf'), sep='\\n')"
+    result = run([str(installed.bin / "python"), "-c", script], installed.work)
+    assert result.returncode == 0, result.stderr[-2000:]
+    declared = [Requirement(line) for line in result.stdout.splitlines()]
+    lines = (REPO_ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    runtime = [Requirement(line) for line in lines if line.strip() and not line.startswith("#")]
+    assert [(r.name, r.specifier) for r in declared if r.marker is None] == [(r.name, r.specifier) for r in runtime]
+    assert [(r.name, str(r.marker)) for r in declared if r.marker] == [("apache-beam", 'extra == "beam"')]
+
+
 def test_installed_commands_prepare_a_corpus_and_build_its_vocabulary(installed):
     pytest.importorskip("sentencex", reason="the sentence segmenter of bert-prepare-corpus")
     pytest.importorskip("tokenizers", reason="the WordPiece trainer of bert-build-vocab")
