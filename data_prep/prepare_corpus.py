@@ -167,7 +167,7 @@ def define_flags() -> None:
     )
 
 
-def main(argv: list[str]) -> None:
+def _run(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     settings = {"documents": FLAGS.documents, "header_regex": FLAGS.header_regex, "drop_regex": FLAGS.drop_regex}
@@ -199,7 +199,16 @@ def main(argv: list[str]) -> None:
     )
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    """The `bert-prepare-corpus` command: parses `argv` (default `sys.argv`) as flags and runs.
+
+    absl's `app.run` handles --help and usage errors and ends the process with the exit
+    status (1 after an `error:` line), so the status is never returned to the caller.
+    """
     define_flags()
     flags.mark_flags_as_required(["input_file", "output_file"])
-    app.run(main)
+    app.run(_run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

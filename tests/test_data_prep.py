@@ -10,7 +10,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from data_prep.encoding import SentenceEncoder, chinese_continuations, jieba_seg
 from data_prep.instances import truncate_seq_pair
 from data_prep.masking import MaskingOptions, assemble, mask_batch, word_continuation
 from data_prep.tfrecord import FloatFeature, IntFeature, serialize_examples
-from tests.conftest import REPO_ROOT, require_module, shared_file
+from tests.conftest import PROJECT, REPO_ROOT, require_module, shared_file
 
 UNCASED = "vocab/google_uncased_en_vocab.txt"
 CHINESE = "vocab/google_zh_vocab.txt"
@@ -40,13 +39,7 @@ def cut(source: Path, directory: Path, max_bytes: int) -> Path:
 
 def generate(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
     """Runs create_pretraining_data.py with `args`."""
-    return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "create_pretraining_data.py"), "--noprogress", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return PROJECT.run("create_pretraining_data.py", "--noprogress", *args, cwd=cwd, timeout=300)
 
 
 def read_file_list(paths: list[str]) -> dict[str, np.ndarray]:
@@ -495,20 +488,8 @@ def test_prepare_corpus_makes_documents_and_sentences_of_wikitext(tmp_path):
     require_module("sentencex", "the sentence segmenter of prepare_corpus")
     corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 300_000)
     prepared = tmp_path / "prepared.txt"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "data_prep.prepare_corpus",
-            f"--input_file={corpus}",
-            f"--output_file={prepared}",
-            "--preset=wikitext",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    flags = [f"--input_file={corpus}", f"--output_file={prepared}", "--preset=wikitext"]
+    result = PROJECT.run("-m", "data_prep.prepare_corpus", *flags, timeout=120)
     assert result.returncode == 0, result.stderr
     documents = prepared.read_text(encoding="utf-8").split("\n\n")
     titles = [
@@ -541,20 +522,8 @@ def test_build_vocab_has_bert_layout_and_covers_the_corpus(tmp_path):
 
     corpus = shared_file("pretrain/wikitext2_valid.tokens.txt")
     vocab = tmp_path / "vocab.txt"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "data_prep.build_vocab",
-            f"--input_file={corpus}",
-            f"--output_file={vocab}",
-            "--vocab_size=5000",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    flags = [f"--input_file={corpus}", f"--output_file={vocab}", "--vocab_size=5000"]
+    result = PROJECT.run("-m", "data_prep.build_vocab", *flags, timeout=120)
     assert result.returncode == 0, result.stderr
     tokens = vocab.read_text(encoding="utf-8").splitlines()
     assert len(tokens) == len(set(tokens)) == 5000
