@@ -231,19 +231,23 @@ def column_documents(path: str, lines: Lines, separator: str, column: int, skip_
             yield line
 
     if separator == ",":
-        rows: Iterable[list[str]] = csv.reader(texts())
+        # strict: a quote left open fails here rather than swallowing the lines after it.
+        rows: Iterable[list[str]] = csv.reader(texts(), strict=True)
     else:
         rows = (line.rstrip("\r\n").split("\t") for line in texts())
-    for index, row in enumerate(rows):
-        if (index == 0 and skip_header) or not row:
-            continue
-        if column >= len(row):
-            raise BertTfError(
-                f"{path} line {number} has {len(row)} column(s); --text_column={column} (0-based) needs "
-                f"{column + 1}: check --text_column and --input_format."
-            )
-        text = row[column].strip()
-        yield [text] if text else []
+    try:
+        for index, row in enumerate(rows):
+            if (index == 0 and skip_header) or not row:
+                continue
+            if column >= len(row):
+                raise BertTfError(
+                    f"{path} line {number} has {len(row)} column(s); --text_column={column} (0-based) needs "
+                    f"{column + 1}: check --text_column and --input_format."
+                )
+            text = row[column].strip()
+            yield [text] if text else []
+    except csv.Error as error:
+        raise BertTfError(f"{path} line {number} is not valid CSV: {error}.") from None
 
 
 def read_documents(path: str, source: InputFormat, counts: CorpusCounts) -> Iterator[list[str]]:

@@ -154,6 +154,16 @@ def test_bad_input_names_file_and_line_and_writes_nothing(tmp_path, relative, ra
     assert list(tmp_path.iterdir()) == [path]
 
 
+def test_csv_quote_left_open_is_named(tmp_path):
+    # waimai line 11018 (a quoted review) with its closing quote cut off, after 2 good lines.
+    lines = lines_of("pretrain/zh/waimai_10k.csv", (1, 2), (11018, 11018))
+    lines[2] = lines[2].rstrip('"\n') + "\n"
+    path = write(tmp_path / "waimai.csv", lines)
+    with pytest.raises(BertTfError, match=f"^{re.escape(str(path))} line 3 is not valid CSV: unexpected end of data"):
+        prepare([str(path)], str(tmp_path / "out.txt"), sentence_splitter("zh"), InputFormat("csv", text_column=1))
+    assert list(tmp_path.iterdir()) == [path]
+
+
 def test_command_reports_bad_input_in_one_line(tmp_path):
     path = write(tmp_path / "wiki_00", lines_of(ENWIKI, (1, 20)))
     result = run_tool(f"--input_file={path}", f"--output_file={tmp_path / 'out.txt'}", "--input_format=wikiextractor")
