@@ -125,7 +125,7 @@ def test_sentence_encoder_matches_the_full_tokenizer():
 
 
 def test_chinese_word_continuations_follow_jieba():
-    require_module("jieba", "Chinese whole-word masking segments with jieba")
+    require_module("rjieba", "Chinese whole-word masking segments with rjieba (jieba-rs)")
     text = "我爱北京天安门，English words too。"
     tokens = ["我", "爱", "北", "京", "天", "安", "门", "，", "english", "words", "too", "。"]
     words = jieba_segmenter()(text)
@@ -133,6 +133,43 @@ def test_chinese_word_continuations_follow_jieba():
     assert "".join(words) == text
     assert flags[:7] == [False, False, False, True, False, True, True]  # 我 爱 北京 天安门
     assert not any(flags[7:])
+
+
+def test_chinese_whole_word_encoder_matches_chinese_continuations_on_real_text():
+    # The encoder's fast path against the token-by-token search, on real Chinese lines.
+    require_module("rjieba", "Chinese whole-word masking segments with rjieba (jieba-rs)")
+    from bert_tf.tokenization import FullTokenizer
+    from data_prep.encoding import CONTINUATION_FLAG
+
+    tokenizer = FullTokenizer(str(shared_file(CHINESE)), do_lower_case=True)
+    segment = jieba_segmenter()
+    encoder = SentenceEncoder(tokenizer, segment)
+    lines = shared_file("pretrain/clue_zh_small.txt").read_text(encoding="utf-8").splitlines()[:3000]
+    continued = 0
+    for line in lines + ["穿T恤的卡拉OK歌手在北京", "English only", "鿿 is [UNK], 北京 is a word"]:
+        tokens = tokenizer.tokenize(line)
+        flags = chinese_continuations(line, tokens, segment(line))
+        expected = [i | CONTINUATION_FLAG if f else i for i, f in zip(tokenizer.convert_tokens_to_ids(tokens), flags)]
+        assert encoder.encode(line) == expected, line
+        continued += sum(flags)
+    assert continued > 10_000  # most lines have words of two characters or more
+
+
+def test_rjieba_segments_like_jieba():
+    # rjieba replaced jieba (pure Python, unmaintained): the same words, nearly everywhere.
+    require_module("rjieba", "Chinese whole-word masking segments with rjieba (jieba-rs)")
+    require_module("jieba", "the reference segmenter that rjieba replaced")
+    import warnings
+
+    with warnings.catch_warnings():  # jieba imports the deprecated pkg_resources
+        warnings.simplefilter("ignore")
+        import jieba
+    both = either = 0
+    for line in shared_file("pretrain/clue_zh_small.txt").read_text(encoding="utf-8").splitlines()[:2000]:
+        ends = [set(np.cumsum([len(word) for word in cut(line)]).tolist()) for cut in (jieba.lcut, jieba_segmenter())]
+        both += len(ends[0] & ends[1])
+        either += len(ends[0] | ends[1])
+    assert both / either > 0.99
 
 
 def _batch(rng: np.random.Generator, n: int = 2000, length: int = 128):
@@ -464,7 +501,7 @@ def test_dynamic_masking_reader_rates(tmp_path, whole_word):
 
 
 def test_chinese_whole_word_masking_masks_jieba_words_whole(tmp_path):
-    require_module("jieba", "Chinese whole-word masking segments with jieba")
+    require_module("rjieba", "Chinese whole-word masking segments with rjieba (jieba-rs)")
     corpus = cut(shared_file("pretrain/clue_zh_small.txt"), tmp_path, 60_000)
     result = generate(
         f"--input_file={corpus}",
