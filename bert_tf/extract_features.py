@@ -80,7 +80,10 @@ flags.DEFINE_string(
     flag_values=FLAGS,
 )
 flags.DEFINE_bool("do_lower_case", True, "Lower-case the text: True for uncased models.", flag_values=FLAGS)
-flags.DEFINE_integer("max_seq_length", 128, "Longer inputs are truncated (WordPieces, [CLS] and [SEP] included).", flag_values=FLAGS)
+flags.DEFINE_integer(
+    "max_seq_length", 128, "Longer inputs are cut to this many WordPieces, [CLS] and [SEP] included.",
+    flag_values=FLAGS,
+)
 flags.DEFINE_integer("batch_size", 32, "Lines per forward pass.", flag_values=FLAGS)
 flags.DEFINE_enum(
     "pooling",
@@ -160,10 +163,10 @@ def parse_line(text: str, index: int, path: str) -> Line:
 
     >>> parse_line("Who? ||| Me.\\n", 0, "in.txt")
     Line(index=0, text_a='Who?', text_b='Me.')
-    >>> parse_line("a ||| b ||| c", 4, "in.txt")
+    >>> parse_line("a ||| b ||| c", 4, "in.txt")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    bert_tf.errors.BertTfError: Line 5 of in.txt has more than one '|||'; write one text, or one pair as 'text_a ||| text_b', a line.
+    bert_tf.errors.BertTfError: Line 5 of in.txt has more than one '|||'; write one text, or one pair as ...
     """
     text = text.strip()
     if not text:
@@ -275,8 +278,8 @@ def layer_entries(layers: Sequence[int], values: np.ndarray) -> list[dict]:
 def token_features_line(index: int, tokens: Sequence[str], values: np.ndarray, layers: Sequence[int]) -> str:
     """One line of the original's output: `values` [len(tokens), len(layers) * H].
 
-    >>> token_features_line(3, ["[CLS]"], np.float32([[0.5, 1 / 3]]), [-1, -2])
-    '{"linex_index": 3, "features": [{"token": "[CLS]", "layers": [{"index": -1, "values": [0.5]}, {"index": -2, "values": [0.333333]}]}]}'
+    >>> token_features_line(3, ["[CLS]"], np.float32([[0.5, 1 / 3]]), [-1])
+    '{"linex_index": 3, "features": [{"token": "[CLS]", "layers": [{"index": -1, "values": [0.5, 0.333333]}]}]}'
     """
     # Plain dicts keep insertion order, which is all the original's OrderedDicts were for.
     features = [{"token": token, "layers": layer_entries(layers, row)} for token, row in zip(tokens, values)]
@@ -286,8 +289,8 @@ def token_features_line(index: int, tokens: Sequence[str], values: np.ndarray, l
 def pooled_line(index: int, pooling: str, values: np.ndarray, layers: Sequence[int]) -> str:
     """One line of pooled output: `values` [len(layers) * H].
 
-    >>> pooled_line(0, "mean", np.float32([0.25, -1.0]), [-1, -2])
-    '{"linex_index": 0, "pooling": "mean", "layers": [{"index": -1, "values": [0.25]}, {"index": -2, "values": [-1.0]}]}'
+    >>> print(pooled_line(0, "mean", np.float32([0.25, -1.0]), [-1, -2]))
+    {"linex_index": 0, "pooling": "mean", "layers": [{"index": -1, "values": [0.25]}, {"index": -2, "values": [-1.0]}]}
     """
     return json.dumps({"linex_index": index, "pooling": pooling, "layers": layer_entries(layers, values)})
 
@@ -437,6 +440,17 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, unit=" lines", file=sys.stderr, disable=not enabled, mininterval=1.0, dynamic_ncols=True)
 
 
+def batch_features(encoder, batch: Sequence[Packed], options: Options) -> np.ndarray:
+    """The features of a batch of lines: [batch, F] pooled, or [batch, seq, F] a token."""
+    inputs = batch_arrays(batch, options.max_seq_length)
+    hidden_states = encoder.predict_on_batch(inputs)["encoder_outputs"]
+    mask = inputs["input_mask"]
+    starts = None
+    if options.pooling == "first_subword":
+        starts = word_start_mask([packed.tokens for packed in batch], mask.shape[1])
+    return np.asarray(pool(hidden_states, mask, options.pooling, options.layers, starts))
+
+
 def extract(options: Options) -> str:
     """Runs one extraction; returns a line saying what was written."""
     _check_files(options)
@@ -453,11 +467,7 @@ def extract(options: Options) -> str:
             writer = JsonLinesWriter(open(paths[0], "w", encoding="utf-8"), options.layers, options.pooling)
         try:
             for batch in chunks(map(packer, read_lines(options.input_file)), options.batch_size):
-                inputs = batch_arrays(batch, options.max_seq_length)
-                hidden_states = encoder.predict_on_batch(inputs)["encoder_outputs"]
-                starts = word_start_mask([packed.tokens for packed in batch], inputs["input_mask"].shape[1])
-                features = np.asarray(pool(hidden_states, inputs["input_mask"], options.pooling, options.layers, starts))
-                for packed, values in zip(batch, features):
+                for packed, values in zip(batch, batch_features(encoder, batch, options)):
                     writer.write(packed, values)
                 bar.update(len(batch))
         finally:

@@ -105,37 +105,31 @@ def test_jsonl_matches_hf_hidden_states(tmp_path, input_file, minilm_dir, hf_ref
     assert worst <= TOLERANCE, worst
 
 
-def test_npy_mean_and_cls_match_hf(tmp_path, input_file, minilm_dir, hf_reference):
-    mean = np.load(run(tmp_path, input_file, minilm_dir, "mean.npy", "--layers=-1,-3", "--pooling=mean", "--output_format=npy"))
-    cls = np.load(run(tmp_path, input_file, minilm_dir, "cls.npy", "--layers=-2", "--pooling=cls", "--output_format=npy"))
+def test_npy_mean_matches_hf(tmp_path, input_file, minilm_dir, hf_reference):
+    flags = ("--layers=-1,-3", "--pooling=mean", "--output_format=npy")
+    output = run(tmp_path, input_file, minilm_dir, "mean.npy", *flags)
+    mean = np.load(output)
     assert mean.shape == (len(LINES), 2 * 384) and mean.dtype == np.float32
     for row, (_, states, mask) in enumerate(hf_reference):
         # Mean over every real token, [CLS] and [SEP] included (sentence-transformers' pooling).
         expected = np.concatenate([states[-1][mask == 1].mean(0), states[-3][mask == 1].mean(0)])
         np.testing.assert_allclose(mean[row], expected, atol=TOLERANCE, rtol=0)
-        np.testing.assert_allclose(cls[row], states[-2][0], atol=TOLERANCE, rtol=0)
 
 
-def test_npy_token_rows_offsets_and_tokens(tmp_path, input_file, minilm_dir, hf_reference):
-    output = run(tmp_path, input_file, minilm_dir, "tokens.npy", "--layers=-1", "--output_format=npy")
+def test_npy_first_subword_rows_offsets_and_tokens(tmp_path, input_file, minilm_dir, hf_reference):
+    flags = ("--layers=-1", "--pooling=first_subword", "--output_format=npy")
+    output = run(tmp_path, input_file, minilm_dir, "words.npy", *flags)
     rows = np.load(output, mmap_mode="r")
-    offsets = np.load(tmp_path / "tokens.offsets.npy")
-    token_lines = (tmp_path / "tokens.tokens.txt").read_text(encoding="utf-8").splitlines()
+    offsets = np.load(tmp_path / "words.offsets.npy")
+    token_lines = (tmp_path / "words.tokens.txt").read_text(encoding="utf-8").splitlines()
     assert offsets[0] == 0 and offsets[-1] == len(rows) and len(offsets) == len(LINES) + 1
+    assert hf_reference[2][0] == ["[CLS]", "una", "##ffa", "##ble", "cafes", "[SEP]", "naive", "[SEP]"]
+    assert token_lines[2] == "una cafes naive"
     for row, (tokens, states, _) in enumerate(hf_reference):
-        assert token_lines[row].split(" ") == tokens
-        np.testing.assert_allclose(rows[offsets[row] : offsets[row + 1]], states[-1], atol=TOLERANCE, rtol=0)
-    assert not list(tmp_path.glob("*.tmp-*"))  # every temporary was renamed
-
-
-def test_first_subword_keeps_the_first_piece_of_each_word(tmp_path, input_file, minilm_dir, hf_reference):
-    output = run(tmp_path, input_file, minilm_dir, "words.jsonl", "--layers=-1", "--pooling=first_subword")
-    record = json.loads(output.read_text(encoding="utf-8").splitlines()[2])
-    tokens, states, _ = hf_reference[2]
-    assert tokens == ["[CLS]", "una", "##ffa", "##ble", "cafes", "[SEP]", "naive", "[SEP]"]
-    assert [feature["token"] for feature in record["features"]] == ["una", "cafes", "naive"]
-    got = np.array([feature["layers"][0]["values"] for feature in record["features"]])
-    np.testing.assert_allclose(got, states[-1][[1, 4, 6]], atol=TOLERANCE, rtol=0)
+        starts = [i for i, token in enumerate(tokens) if not token.startswith("##") and token not in ("[CLS]", "[SEP]")]
+        assert token_lines[row].split(" ") == [tokens[i] for i in starts]
+        np.testing.assert_allclose(rows[offsets[row] : offsets[row + 1]], states[-1][starts], atol=TOLERANCE, rtol=0)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["words.npy", "words.offsets.npy", "words.tokens.txt"]
 
 
 # === The original's JSON format ===
@@ -183,7 +177,9 @@ def original_features(path: Path, tokenizer, max_seq_length: int) -> list[tuple[
     return features
 
 
-@pytest.mark.parametrize("vocab, do_lower_case", [("google_uncased_en_vocab.txt", True), ("google_cased_en_vocab.txt", False)])
+@pytest.mark.parametrize(
+    "vocab, do_lower_case", [("google_uncased_en_vocab.txt", True), ("google_cased_en_vocab.txt", False)]
+)
 def test_packing_equals_the_originals(tmp_path, vocab, do_lower_case):
     require_module("official", "Model Garden's FullTokenizer is the original tokenizer")
     vocab_file = shared_file(f"vocab/{vocab}")
@@ -206,7 +202,7 @@ def test_packing_equals_the_originals(tmp_path, vocab, do_lower_case):
         ("one\n\nthree\n", [], r"^error: Line 2 of \S+ is empty; write one text"),
         ("a ||| b ||| c\n", [], r"^error: Line 1 of \S+ has more than one '\|\|\|'"),
         (b"caf\xe9\n", [], r"^error: Line 1 of \S+ is not UTF-8 text; save the file as UTF-8\.$"),
-        ("fine\n", ["--layers=-7"], r"^error: --layers value -7 is out of range for a model of 6 layers; use indices from -6 to 5"),
+        ("fine\n", ["--layers=-7"], r"^error: --layers value -7 is out of range for a model of 6 layers"),
         ("fine\n", ["--layers=last"], r"^error: --layers='last' is not a comma-separated list of integers"),
         ("fine\n", ["--max_seq_length=513"], r"^error: --max_seq_length=513 exceeds the 512 positions"),
         (None, [], r"^error: --input_file \S+ does not exist\.$"),
