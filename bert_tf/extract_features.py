@@ -35,12 +35,10 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import os
 import sys
-from typing import IO, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported: keep C++ logs out
 
@@ -48,11 +46,11 @@ import numpy as np  # noqa: E402
 from absl import flags  # noqa: E402
 
 from bert_tf.errors import BertTfError  # noqa: E402
+from bert_tf.feature_writers import JsonLinesWriter, NpyWriter, atomic_outputs, companion_paths  # noqa: E402
 from bert_tf.packing import pack_pair  # noqa: E402
 from bert_tf.pooling import POOLINGS, check_layers, pool, word_start_mask  # noqa: E402
 
 SEPARATOR = " ||| "
-DECIMALS = 6  # the original writes round(float(x), 6)
 OUTPUT_FORMATS = ("jsonl", "npy")
 TOKEN_POOLINGS = ("none", "first_subword")  # one output row per token (or word), not per line
 
@@ -255,116 +253,6 @@ def batch_arrays(batch: Sequence[Packed], max_seq_length: int) -> dict[str, np.n
     return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids}
 
 
-# === Writers ===
-def round_like_original(values: np.ndarray) -> list:
-    """`values` (float32) as nested lists of Python floats, each `round(float(x), 6)`.
-
-    Vectorised, yet identical: a float32 times 10**6 is exact in float64 (24 + 20 bits
-    of mantissa), so `rint` sees the exact decimal value and breaks ties to even as
-    `round` does, and the division gives the nearest double to k / 10**6, as `round`.
-
-    >>> round_like_original(np.float32([1 / 3, 1 / 128, 3 / 128, -2e-7]))
-    [0.333333, 0.007812, 0.023438, -0.0]
-    """
-    return np.round(np.asarray(values, dtype=np.float64), DECIMALS).tolist()
-
-
-def layer_entries(layers: Sequence[int], values: np.ndarray) -> list[dict]:
-    """`[{"index": l, "values": [...]}, ...]` of one token (or line): `values` [len(layers) * H]."""
-    per_layer = round_like_original(values.reshape(len(layers), -1))
-    return [{"index": layer, "values": layer_values} for layer, layer_values in zip(layers, per_layer)]
-
-
-def token_features_line(index: int, tokens: Sequence[str], values: np.ndarray, layers: Sequence[int]) -> str:
-    """One line of the original's output: `values` [len(tokens), len(layers) * H].
-
-    >>> token_features_line(3, ["[CLS]"], np.float32([[0.5, 1 / 3]]), [-1])
-    '{"linex_index": 3, "features": [{"token": "[CLS]", "layers": [{"index": -1, "values": [0.5, 0.333333]}]}]}'
-    """
-    # Plain dicts keep insertion order, which is all the original's OrderedDicts were for.
-    features = [{"token": token, "layers": layer_entries(layers, row)} for token, row in zip(tokens, values)]
-    return json.dumps({"linex_index": index, "features": features})
-
-
-def pooled_line(index: int, pooling: str, values: np.ndarray, layers: Sequence[int]) -> str:
-    """One line of pooled output: `values` [len(layers) * H].
-
-    >>> print(pooled_line(0, "mean", np.float32([0.25, -1.0]), [-1, -2]))
-    {"linex_index": 0, "pooling": "mean", "layers": [{"index": -1, "values": [0.25]}, {"index": -2, "values": [-1.0]}]}
-    """
-    return json.dumps({"linex_index": index, "pooling": pooling, "layers": layer_entries(layers, values)})
-
-
-def companion_paths(output_file: str) -> tuple[str, str]:
-    """(offsets, tokens) files beside a token-level npy output.
-
-    >>> companion_paths("out/words.npy")
-    ('out/words.offsets.npy', 'out/words.tokens.txt')
-    """
-    stem = output_file[: -len(".npy")] if output_file.endswith(".npy") else output_file
-    return f"{stem}.offsets.npy", f"{stem}.tokens.txt"
-
-
-class JsonLinesWriter:
-    def __init__(self, stream: IO[str], layers: Sequence[int], pooling: str):
-        self.stream, self.layers, self.pooling = stream, list(layers), pooling
-
-    def write(self, packed: Packed, values: np.ndarray) -> None:
-        if self.pooling in TOKEN_POOLINGS:
-            tokens = row_tokens(packed, self.pooling)
-            line = token_features_line(packed.index, tokens, values[: len(tokens)], self.layers)
-        else:
-            line = pooled_line(packed.index, self.pooling, values, self.layers)
-        self.stream.write(line + "\n")
-
-    def close(self) -> None:
-        self.stream.close()
-
-
-class NpyWriter:
-    """float32 rows into a memory-mapped .npy whose shape the first pass measured."""
-
-    def __init__(self, paths: Sequence[str], row_counts: np.ndarray | None, num_lines: int, width: int, pooling: str):
-        self.pooling = pooling
-        self.offsets = None if row_counts is None else np.concatenate([[0], np.cumsum(row_counts)]).astype(np.int64)
-        rows = num_lines if self.offsets is None else int(self.offsets[-1])
-        self.array = np.lib.format.open_memmap(paths[0], mode="w+", dtype=np.float32, shape=(rows, width))
-        self.paths = paths
-        self.tokens = open(paths[2], "w", encoding="utf-8") if self.offsets is not None else None
-
-    def write(self, packed: Packed, values: np.ndarray) -> None:
-        if self.offsets is None:
-            self.array[packed.index] = values
-            return
-        tokens = row_tokens(packed, self.pooling)
-        start = self.offsets[packed.index]
-        self.array[start : start + len(tokens)] = values[: len(tokens)]
-        self.tokens.write(" ".join(tokens) + "\n")
-
-    def close(self) -> None:
-        self.array.flush()
-        del self.array  # unmaps the file, so that it can be renamed on every OS
-        if self.offsets is not None:
-            with open(self.paths[1], "wb") as handle:
-                np.save(handle, self.offsets)
-            self.tokens.close()
-
-
-@contextlib.contextmanager
-def atomic_outputs(paths: Sequence[str]) -> Iterator[list[str]]:
-    """Temporary names for `paths`, renamed to them when the block succeeds, removed if not."""
-    temporaries = [f"{path}.tmp-{os.getpid()}" for path in paths]
-    try:
-        yield temporaries
-        for temporary, path in zip(temporaries, paths):
-            os.replace(temporary, path)
-    except BaseException:
-        for temporary in temporaries:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(temporary)
-        raise
-
-
 # === Extraction ===
 def _check_files(options: Options) -> None:
     if not os.path.isfile(options.input_file):
@@ -388,7 +276,7 @@ def _check_files(options: Options) -> None:
         raise BertTfError(f"--output_format={options.output_format} is not one of {', '.join(OUTPUT_FORMATS)}.")
 
 
-def _load(options: Options):
+def load_encoder_and_tokenizer(options: Options):
     """(encoder, tokenizer), or a `BertTfError` for a config, checkpoint or vocab that does not fit."""
     from bert_tf import checkpoints
     from bert_tf.config import BertConfig
@@ -440,10 +328,26 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, unit=" lines", file=sys.stderr, disable=not enabled, mininterval=1.0, dynamic_ncols=True)
 
 
-def batch_features(encoder, batch: Sequence[Packed], options: Options) -> np.ndarray:
+def forward_function(encoder) -> Callable[[dict[str, np.ndarray]], list[np.ndarray]]:
+    """`encoder_outputs` of a batch, as numpy, traced once for every batch size and length
+    (Keras' `predict_on_batch` traces anew for each new padded length, ~2 s each)."""
+    import tensorflow as tf
+
+    from bert_tf.encoder import INPUT_NAMES
+
+    signature = {name: tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES}
+
+    @tf.function(input_signature=[signature])
+    def forward(inputs):
+        return encoder(inputs, training=False)["encoder_outputs"]
+
+    return lambda inputs: [state.numpy() for state in forward(inputs)]
+
+
+def batch_features(forward, batch: Sequence[Packed], options: Options) -> np.ndarray:
     """The features of a batch of lines: [batch, F] pooled, or [batch, seq, F] a token."""
     inputs = batch_arrays(batch, options.max_seq_length)
-    hidden_states = encoder.predict_on_batch(inputs)["encoder_outputs"]
+    hidden_states = forward(inputs)
     mask = inputs["input_mask"]
     starts = None
     if options.pooling == "first_subword":
@@ -455,20 +359,22 @@ def extract(options: Options) -> str:
     """Runs one extraction; returns a line saying what was written."""
     _check_files(options)
     num_lines = count_lines(options.input_file)
-    encoder, tokenizer = _load(options)
+    encoder, tokenizer = load_encoder_and_tokenizer(options)
     packer = Packer(tokenizer, options.max_seq_length)
     token_npy = options.output_format == "npy" and options.pooling in TOKEN_POOLINGS
     rows = rows_per_line(options.input_file, packer, options.pooling) if token_npy else None
     width = len(options.layers) * encoder.bert_config.hidden_size
+    forward = forward_function(encoder)
     with atomic_outputs(_output_paths(options, token_npy)) as paths, _progress(num_lines, options.progress) as bar:
         if options.output_format == "npy":
-            writer = NpyWriter(paths, rows, num_lines, width, options.pooling)
+            writer = NpyWriter(paths, rows, num_lines, width)
         else:
             writer = JsonLinesWriter(open(paths[0], "w", encoding="utf-8"), options.layers, options.pooling)
         try:
             for batch in chunks(map(packer, read_lines(options.input_file)), options.batch_size):
-                for packed, values in zip(batch, batch_features(encoder, batch, options)):
-                    writer.write(packed, values)
+                for packed, values in zip(batch, batch_features(forward, batch, options)):
+                    tokens = row_tokens(packed, options.pooling) if options.pooling in TOKEN_POOLINGS else None
+                    writer.write(packed.index, tokens, values)
                 bar.update(len(batch))
         finally:
             writer.close()

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from bert_tf import extract_features
-from bert_tf.extract_features import Packer, read_lines, round_like_original, token_features_line
+from bert_tf.extract_features import Packer, read_lines
+from bert_tf.feature_writers import json_value_lists, pooled_line, token_features_line
 from bert_tf.tokenization import FullTokenizer
 from tests.conftest import require_module, shared_file
 from tests.test_tokenization import model_garden_tokenizer
@@ -146,15 +147,22 @@ def test_token_line_is_the_originals_format_to_the_character():
     )
 
 
-def test_rounding_equals_pythons_round_of_each_float32():
-    rng = np.random.default_rng(0)
-    values = np.concatenate(
-        [
-            (rng.standard_normal(20000) * 10.0 ** rng.integers(-8, 4, 20000)).astype(np.float32),
-            np.arange(-4096, 4096, dtype=np.float32) / 128,  # every tie at the 6th decimal
-        ]
+def test_pooled_line_keys_and_order():
+    line = pooled_line(2, "cls", np.float32([1.5, 0.1, -7e-5, 4e9]), [-2, 0])
+    assert line == (
+        '{"linex_index": 2, "pooling": "cls", "layers": [{"index": -2, "values": [1.5, 0.1]}, '
+        '{"index": 0, "values": [-7e-05, 4000000000.0]}]}'
     )
-    assert round_like_original(values) == [round(float(value), 6) for value in values]
+
+
+def test_value_lists_equal_json_dumps_of_pythons_round():
+    rng = np.random.default_rng(0)
+    scales = 10.0 ** rng.integers(-8, 11, size=(64, 1))  # 1e-8 .. 1e10: both repr styles, and big values
+    values = (rng.standard_normal((64, 500)) * scales).astype(np.float32)
+    values[0, :8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-4, -9.95e-5, 8.589934e9]
+    ties = (np.arange(-4096, 4096, dtype=np.float32) / 128).reshape(16, 512)  # every tie at the 6th decimal
+    for block in (values, ties):
+        assert json_value_lists(block) == [json.dumps([round(float(x), 6) for x in row]) for row in block]
 
 
 # === Tokenization against the original ===
