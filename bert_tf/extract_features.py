@@ -10,8 +10,9 @@ Output (`--output_file`), by `--output_format` and `--pooling`; layers are the
 `--layers` indices into the encoder's blocks (-1 is the last), in the order given:
 - jsonl, none (the defaults): the original's format exactly, one JSON object a line,
   `{"linex_index": i, "features": [{"token": t, "layers": [{"index": l, "values": [...]}, ...]}, ...]}`
-  for every token ([CLS] and [SEP] included), values rounded to 6 decimals
-  (Python's `round`, written by `json.dumps`).
+  for every token ([CLS] and [SEP] included), values rounded to 6 decimals: byte for
+  byte what the original's `round(float(x), 6)` and `json.dumps` write, 14x faster
+  (`bert_tf.feature_writers`, `bench/extract_features.py`).
 - jsonl, first_subword: the same, with only the first WordPiece of every word.
 - jsonl, cls or mean: `{"linex_index": i, "pooling": p, "layers": [{"index": l, "values": [...]}, ...]}`.
 - npy, cls or mean: `OUTPUT` is one float32 array [lines, F], row i for line i, with

@@ -19,7 +19,7 @@ import pytest
 
 from bert_tf import extract_features
 from bert_tf.extract_features import Packer, read_lines
-from bert_tf.feature_writers import json_value_lists, pooled_line, token_features_line
+from bert_tf.feature_writers import atomic_outputs, json_value_lists, pooled_line, token_features_line
 from bert_tf.tokenization import FullTokenizer
 from tests.conftest import require_module, shared_file
 from tests.test_tokenization import model_garden_tokenizer
@@ -226,3 +226,14 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, capsys, minilm_d
     stderr = capsys.readouterr().err
     assert len(stderr.strip().splitlines()) == 1 and re.search(message, stderr), stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == (["input.txt"] if content is not None else [])
+
+
+def test_an_interrupted_write_keeps_the_old_output_and_leaves_no_temporary(tmp_path):
+    old = tmp_path / "out.jsonl"
+    old.write_text("old\n", encoding="utf-8")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_outputs([str(old), str(tmp_path / "out.tokens.txt")]) as temporaries:
+            Path(temporaries[0]).write_text("half a line", encoding="utf-8")
+            raise KeyboardInterrupt
+    assert old.read_text(encoding="utf-8") == "old\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.jsonl"]
