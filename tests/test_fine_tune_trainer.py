@@ -15,7 +15,7 @@ from bert_tf import BertConfig, BertEncoder
 from bert_tf.optimization import AdamWeightDecay
 from fine_tune.heads import ClassificationHead, classification_loss
 from fine_tune.task import Features
-from fine_tune.trainer import ENCODER_INPUTS, Trainer, TrainingConfig
+from fine_tune.trainer import ENCODER_INPUTS, FineTuningTrainer, TrainingConfig
 from tests.conftest import REPO_ROOT
 
 
@@ -49,7 +49,7 @@ def two_step_weights(strategy: tf.distribute.Strategy, output_dir: str) -> list[
     """The weights after the loop's 2 steps on `repeated_token_features` under `strategy`."""
     with strategy.scope():
         model = classifier(seed=7)
-    Trainer(model, classification_loss, False, two_step_config(output_dir), strategy).train(repeated_token_features())
+    FineTuningTrainer(model, classification_loss, False, two_step_config(output_dir), strategy).train(repeated_token_features())
     return [np.asarray(v) for v in model.trainable_variables]
 
 
@@ -63,7 +63,7 @@ def test_two_steps_clip_the_dense_global_norm(tmp_path):
     model = classifier(seed=7)
     reference = classifier(seed=7)
     strategy = tf.distribute.get_strategy()
-    trainer = Trainer(model, classification_loss, False, config, strategy)
+    trainer = FineTuningTrainer(model, classification_loss, False, config, strategy)
     batches = list(trainer.distribute(features, trainer._plan(features, epoch=0)))
     assert trainer.train(features) == 2
 
