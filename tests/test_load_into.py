@@ -76,7 +76,7 @@ def test_minilm_fills_an_encoder_as_load_encoder_builds_one(encoders_built):
 def test_training_checkpoint_is_restored_in_place(tmp_path, encoders_built):
     original = write_training_checkpoint(tmp_path)
     pretrainer, encoder = BertPretrainer(BertEncoder(CONFIG)), BertEncoder(CONFIG)
-    assert len(encoders_built) == 2  # the count sees every model built
+    assert len(encoders_built) == 3  # the original and both targets: every model built is counted
     encoders_built.clear()
     assert checkpoints.load_into(pretrainer, tmp_path).startswith(f"training checkpoint {tmp_path}")
     checkpoints.load_into(encoder, tmp_path)
