@@ -201,12 +201,11 @@ class FineTuningTrainer:
         checkpoint = RunCheckpoint(
             self.model, self.updater, os.path.join(config.output_dir, CHECKPOINTS_DIR), config.keep_checkpoint_max
         )
-        latest = checkpoint.restore()
-        if latest:
-            print(f"Resuming from {latest} at step {self.completed_steps}.", flush=True)
+        log = functools.partial(print, flush=True)
+        checkpoint.restore(log, lambda: self.completed_steps)
         self._host_loop = HostLoop(
             checkpoint, config.iterations_per_loop, config.save_checkpoints_steps, total_steps,
-            log_dir=os.path.join(config.output_dir, TRAIN_LOGS_DIR), log=functools.partial(print, flush=True),
+            log_dir=os.path.join(config.output_dir, TRAIN_LOGS_DIR), log=log,
         )  # fmt: skip
         loop = tf.function(self._loop, jit_compile=config.jit_compile or None)
         evaluated_at = [-1]

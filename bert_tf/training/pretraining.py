@@ -129,8 +129,7 @@ class PretrainingRun:
         """Resumes from `output_dir`'s latest checkpoint, else loads `--init_checkpoint`."""
         if self.checkpoint.latest:
             self._check_saved_config()
-            latest = self.checkpoint.restore()
-            self.log(f"Resuming from {latest} at step {int(self.global_step.numpy())}.")
+            self.checkpoint.restore(self.log, lambda: int(self.global_step.numpy()))
         elif self.options.init_checkpoint:
             with self.strategy.scope():
                 loaded = checkpoints.load_into(self.model, self.options.init_checkpoint, flag="--init_checkpoint")
