@@ -7,6 +7,10 @@ our model and copies the weights in. A checkpoint that does not fit (another siz
 missing layers, ...) raises one `BertTfError` listing the missing, unexpected and
 wrongly shaped variables in the checkpoint's own names.
 
+`load_into(model, path)` fills a model that exists already (pre-training's
+`--init_checkpoint`) instead of building one, after checking that the checkpoint
+describes a BERT of the model's size.
+
 Pre-training heads: `load_encoder` ignores them. `load_pretrainer` on a checkpoint
 without any head variable (e.g. HF's `BertModel`) warns and leaves the heads freshly
 initialised, as one does to start pre-training from an encoder; a checkpoint with only
@@ -229,7 +233,8 @@ def load_into(model: BertEncoder | BertPretrainer, path: str | os.PathLike, *, f
     Example:
     >>> import os, tempfile
     >>> from bert_tf import BertConfig, BertEncoder
-    >>> path = save(BertEncoder(BertConfig.from_preset("tiny", vocab_size=100)), os.path.join(tempfile.mkdtemp(), "a"), "hf")
+    >>> encoder = BertEncoder(BertConfig.from_preset("tiny", vocab_size=100))
+    >>> path = save(encoder, os.path.join(tempfile.mkdtemp(), "tiny"), "hf")
     >>> load_into(BertEncoder(BertConfig.from_preset("tiny", vocab_size=100)), path).split()[:2]
     ['hf', 'checkpoint']
     >>> try:

@@ -143,7 +143,8 @@ class PretrainingRun:
         if not checkpoints.same_size(saved, ours):
             raise BertTfError(
                 f"--output_dir {self.output.path} holds checkpoints of a BERT of {checkpoints.describe(saved)}, "
-                f"but this run's config describes {checkpoints.describe(ours)}; use that config or another --output_dir."
+                f"but this run's config describes {checkpoints.describe(ours)}; "
+                "use that config or another --output_dir."
             )
 
     def write_config(self) -> None:
