@@ -1,10 +1,10 @@
-"""Pre-training step throughput: our `Trainer` vs Model Garden's `BertPretrainerV2` + AdamW.
+"""Pre-training step throughput: our `PretrainingTrainer` vs Model Garden's `BertPretrainerV2` + AdamW.
 
 One run, same CPU, same config (`small` preset: 4 layers, hidden 512, vocab 30522),
 seq 128, 20 predictions, batch 32: examples/s of a whole optimiser step (forward with
 dropout, MLM + NSP losses, backward, global-norm clipping, AdamW update) for
 
-- ours: `bert_tf.training.Trainer` under `OneDeviceStrategy`, XLA off and on, and with
+- ours: `bert_tf.training.PretrainingTrainer` under `OneDeviceStrategy`, XLA off and on, and with
   gradient accumulation (4 micro-batches of 8 = the same batch of 32);
 - Model Garden: `BertPretrainerV2` (its `BertEncoder`, `MaskedLM` head, a
   `ClassificationHead` for NSP) with `official.nlp.optimization.create_optimizer`
@@ -35,7 +35,7 @@ import tensorflow as tf  # noqa: E402
 from bench.common import interleaved_times, model_garden_encoder, print_table, write_json  # noqa: E402
 from bert_tf import BertConfig, BertEncoder, BertPretrainer  # noqa: E402
 from bert_tf.optimization import create_optimizer  # noqa: E402
-from bert_tf.training import StepOptions, Trainer  # noqa: E402
+from bert_tf.training import PretrainingTrainer, StepOptions  # noqa: E402
 from bert_tf.training.inputs import BatchPlan  # noqa: E402
 
 BATCH, SEQ, PREDICTIONS = 32, 128, 20
@@ -67,7 +67,7 @@ def ours(config: BertConfig, batch, steps: int, jit: bool, accumulation: int = 1
         model = BertPretrainer(BertEncoder(config), PREDICTIONS)
         optimizer = create_optimizer("adamw", LEARNING_RATE, TRAIN_STEPS, WARMUP_STEPS)
         plan = BatchPlan(BATCH, accumulation_steps=accumulation)
-        trainer = Trainer(strategy, model, optimizer, StepOptions(plan, jit_compile=jit))
+        trainer = PretrainingTrainer(strategy, model, optimizer, StepOptions(plan, jit_compile=jit))
     iterator = endless(batch)
     state = {"step": 0}
 

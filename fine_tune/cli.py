@@ -37,17 +37,10 @@ from bert_tf.errors import BertTfError
 from bert_tf.optimization import LR_DECAYS
 from bert_tf.tokenization import FullTokenizer
 from bert_tf.training.distribution import STRATEGIES, create_strategy, is_chief
+from bert_tf.training.runloop import dtype_policy, write_results, write_scalars
 from fine_tune import batching, registry
 from fine_tune.task import EvalSet, Features, Task
-from fine_tune.trainer import (
-    BEST_DIR,
-    Trainer,
-    TrainingConfig,
-    dtype_policy,
-    fine_tuned_weights,
-    save_weights,
-    write_results,
-)
+from fine_tune.trainer import BEST_DIR, FineTuningTrainer, TrainingConfig, fine_tuned_weights, save_weights
 
 RUN_FILE = "fine_tune.json"
 CONFIG_FILE = "bert_config.json"
@@ -225,7 +218,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with state.strategy.scope():
         model = task.head.build(_encoder(state), max(len(state.labels), 1), config.hidden_dropout_prob)
     state.checkpoint = None  # its weights now live in the model
-    trainer = Trainer(model, task.loss, task.head.per_token, state.training, state.strategy)
+    trainer = FineTuningTrainer(model, task.loss, task.head.per_token, state.training, state.strategy)
     dev = [(eval_set, _featurise(state, eval_set)) for eval_set in splits.get("dev", [])]
     if args.do_train:
         report.update(_train(state, trainer, splits["train"][0], dev))
@@ -394,7 +387,7 @@ def _save_run(state: Run) -> None:
 
 
 def _train(
-    state: Run, trainer: Trainer, train: EvalSet, dev: list[tuple[EvalSet, Features]]
+    state: Run, trainer: FineTuningTrainer, train: EvalSet, dev: list[tuple[EvalSet, Features]]
 ) -> dict[str, Any]:
     args = state.args
     _save_run(state)
@@ -416,7 +409,7 @@ def _train(
             "train_rows_per_second": rows_per_second, "steady_rows_per_second": steady}
 
 
-def _best_keeper(state: Run, trainer: Trainer, dev: list[tuple[EvalSet, Features]]):
+def _best_keeper(state: Run, trainer: FineTuningTrainer, dev: list[tuple[EvalSet, Features]]):
     """An `evaluate(step)` callback that scores the dev sets and keeps the best weights in `best/`."""
     args = state.args
     best_dir = os.path.join(args.output_dir, BEST_DIR)
@@ -430,10 +423,7 @@ def _best_keeper(state: Run, trainer: Trainer, dev: list[tuple[EvalSet, Features
         results = {}
         for eval_set, features in dev:
             results.update(_score(state, trainer, eval_set, features, args.eval_batch_size)[0])
-        with writer.as_default(step=step):
-            for name, value in results.items():
-                tf.summary.scalar(name, value)
-        writer.flush()
+        write_scalars(writer, step, results)
         improved = results[key] > best[0]
         print(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in results.items())
               + (" (best so far)" if improved else ""), flush=True)
@@ -447,7 +437,7 @@ def _best_keeper(state: Run, trainer: Trainer, dev: list[tuple[EvalSet, Features
 
 # === Evaluation and prediction ===
 def _score(
-    state: Run, trainer: Trainer, eval_set: EvalSet, features: Features, batch_size: int
+    state: Run, trainer: FineTuningTrainer, eval_set: EvalSet, features: Features, batch_size: int
 ) -> tuple[dict[str, float], list[Any]]:
     """(metrics named `<set>_<metric>` (none for unlabelled sets), predictions) of one set."""
     outputs = trainer.predict(features, batch_size)
@@ -459,7 +449,7 @@ def _score(
 
 
 def _score_sets(
-    state: Run, trainer: Trainer, sets: list[tuple[EvalSet, Features]], batch_size: int, results_name: str
+    state: Run, trainer: FineTuningTrainer, sets: list[tuple[EvalSet, Features]], batch_size: int, results_name: str
 ) -> dict[str, float]:
     results: dict[str, float] = {}
     for eval_set, features in sets:

@@ -1,19 +1,23 @@
-"""One training loop for every task: tf.distribute, mixed precision, BERT's optimiser,
-resumable checkpoints, TensorBoard, and the best checkpoint by the dev metric.
+"""`FineTuningTrainer`: one training loop for every task: tf.distribute, mixed precision,
+BERT's optimiser, resumable checkpoints, TensorBoard, and the best checkpoint by the dev
+metric.
 
-- Steps run `iterations_per_loop` at a time inside one `tf.function` (one host call per
-  loop, as the original's TPUEstimator); logs, checkpoints and TensorBoard scalars are
-  written between loops.
+- Its own part is the step function; around it runs the run core shared with
+  pre-training (`bert_tf.training.runloop`): steps run `iterations_per_loop` at a time
+  inside one `tf.function` (one host call per loop, as the original's TPUEstimator);
+  logs, checkpoints and TensorBoard scalars are written between loops.
 - The loss of a batch is the task's (sum, count) averaged on each replica and divided by
   the number of replicas, so the gradient is the global mean whatever the strategy.
 - The update is pre-training's (`bert_tf.training.update.Updater`): the replicas'
   gradients are summed before the global norm is clipped, as on one device; fp16 has
-  dynamic loss scaling; a non-finite loss skips the update and stops the run.
+  dynamic loss scaling; a non-finite loss skips the update and stops the run, naming the
+  step and keeping the last good checkpoint.
 - Batches come from `fine_tune.batching` with shapes [batch, None]: one traced step
   serves every padded length.
-- `output_dir/checkpoints` holds the model and optimiser every `save_checkpoints_steps`
-  and at the end; a rerun with the same flags resumes from the last one, in the same
-  epoch and at the same batch (the batch order of an epoch is a function of the seed).
+- `output_dir/checkpoints` holds the model, optimiser, dropout RNG state and loss scale
+  every `save_checkpoints_steps` and at the end; a rerun with the same flags resumes from
+  the last one, in the same epoch and at the same batch (the batch order of an epoch is
+  a function of the seed).
 - With a dev set, the model is evaluated after every epoch (and every `eval_steps`
   steps if set); the best weights by the task's primary metric are kept in
   `output_dir/best/`.
@@ -22,10 +26,8 @@ resumable checkpoints, TensorBoard, and the best checkpoint by the dev metric.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
+import functools
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +37,7 @@ import tensorflow as tf
 
 from bert_tf.errors import BertTfError
 from bert_tf.optimization import create_optimizer
+from bert_tf.training.runloop import HostLoop, LoopResult, RunCheckpoint
 from bert_tf.training.update import Updater
 from fine_tune import batching
 from fine_tune.task import INPUT_KEYS, Features
@@ -42,7 +45,8 @@ from fine_tune.task import INPUT_KEYS, Features
 ENCODER_INPUTS = (*INPUT_KEYS, "input_mask")
 WEIGHTS_NAME = "model.weights.h5"
 BEST_DIR = "best"
-MIXED_PRECISION = {"none": None, "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+CHECKPOINTS_DIR = "checkpoints"
+TRAIN_LOGS_DIR = os.path.join("logs", "train")
 
 
 @dataclasses.dataclass
@@ -72,14 +76,6 @@ class TrainingConfig:
     mixed_precision: str = "none"
 
 
-# === Precision ===
-def dtype_policy(mixed_precision: str) -> str | None:
-    """The Keras dtype policy of a `--mixed_precision` value (None: float32)."""
-    if mixed_precision not in MIXED_PRECISION:
-        raise BertTfError(f"Unknown --mixed_precision {mixed_precision!r}; use one of {', '.join(MIXED_PRECISION)}.")
-    return MIXED_PRECISION[mixed_precision]
-
-
 # === Weights on disk ===
 def save_weights(model: keras.Model, directory: str) -> str:
     """Writes `directory/model.weights.h5` atomically (never half a file)."""
@@ -99,7 +95,7 @@ def fine_tuned_weights(output_dir: str, prefer_best: bool = True) -> str | None:
     return next((path for path in candidates if os.path.isfile(path)), None)
 
 
-class Trainer:
+class FineTuningTrainer:
     """Trains, evaluates and runs a task model under a strategy.
 
     Args:
@@ -117,8 +113,8 @@ class Trainer:
     >>> features = Features({"input_word_ids": ids, "input_type_ids": [np.zeros_like(i) for i in ids]},
     ...                     {"label_ids": np.array([0, 1], np.int32)}, np.arange(2))
     >>> model = ClassificationHead().build(BertEncoder(BertConfig.from_preset("tiny", vocab_size=10)), 2, 0.1)
-    >>> trainer = Trainer(model, classification_loss, False, TrainingConfig(tempfile.mkdtemp()),
-    ...                   tf.distribute.get_strategy())
+    >>> trainer = FineTuningTrainer(model, classification_loss, False, TrainingConfig(tempfile.mkdtemp()),
+    ...                             tf.distribute.get_strategy())
     >>> [row.shape for row in trainer.predict(features, batch_size=8)]
     [(2,), (2,)]
     """
@@ -139,8 +135,12 @@ class Trainer:
         self.optimizer: keras.optimizers.Optimizer | None = None
         self.updater: Updater | None = None
         self._predict_functions: dict[tuple[str, ...], Any] = {}
-        # (rows, seconds) of every training loop: the first one includes tracing.
-        self.loop_times: list[tuple[int, float]] = []
+        self._host_loop: HostLoop | None = None
+
+    @property
+    def loop_times(self) -> list[tuple[float, float]]:
+        """(rows, seconds) of every training loop: the first one includes tracing."""
+        return self._host_loop.loop_times if self._host_loop else []
 
     # === Training ===
     @property
@@ -197,32 +197,33 @@ class Trainer:
                 f"(--train_batch_size {config.train_batch_size}), which a TPU needs."
             )
         total_steps = max(1, int(steps_per_epoch * config.num_train_epochs))
-        optimizer = self.build_optimizer(total_steps)
-        # Dropout's random state is a Keras variable that tf.train.Checkpoint does not
-        # find by itself: saved explicitly, so a resumed run draws the same masks.
-        seeds = [v for v in self.model.variables if v.path.endswith("seed_generator_state")]
-        checkpoint = tf.train.Checkpoint(
-            model=self.model,
-            optimizer=optimizer,
-            seeds=seeds,
-            loss_scale=self.updater.loss_scale,
-            loss_scale_good_steps=self.updater.good_steps,
+        self.build_optimizer(total_steps)
+        checkpoint = RunCheckpoint(
+            self.model, self.updater, os.path.join(config.output_dir, CHECKPOINTS_DIR), config.keep_checkpoint_max
         )
-        manager = tf.train.CheckpointManager(
-            checkpoint, os.path.join(config.output_dir, "checkpoints"), max_to_keep=config.keep_checkpoint_max
-        )
-        if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-            print(f"Resuming from {manager.latest_checkpoint} at step {self.completed_steps}.", flush=True)
-        loop = _Loop(self, features, total_steps, manager, evaluate)
+        log = functools.partial(print, flush=True)
+        checkpoint.restore(log, lambda: self.completed_steps)
+        self._host_loop = HostLoop(
+            checkpoint, config.iterations_per_loop, config.save_checkpoints_steps, total_steps,
+            log_dir=os.path.join(config.output_dir, TRAIN_LOGS_DIR), log=log,
+        )  # fmt: skip
+        loop = tf.function(self._loop, jit_compile=config.jit_compile or None)
+        evaluated_at = [-1]
+
+        def evaluate_once(step: int) -> None:
+            if evaluate is not None and step != evaluated_at[0]:
+                evaluated_at[0] = step
+                evaluate(step)
+
         step = self.completed_steps
         while step < total_steps:
             epoch, done_in_epoch = divmod(step, steps_per_epoch)
-            plan = self._plan(features, epoch)[done_in_epoch : done_in_epoch + total_steps - step]
-            step = loop.run(plan, step)
-            loop.evaluate(step)
-        if manager.latest_checkpoint is None or not manager.latest_checkpoint.endswith(f"-{step}"):
-            manager.save(checkpoint_number=step)
+            stop = min(total_steps, (epoch + 1) * steps_per_epoch)
+            plan = self._plan(features, epoch)[done_in_epoch : done_in_epoch + stop - step]
+            train_steps = functools.partial(self._train_steps, loop, iter(self.distribute(features, plan)),
+                                            features.lengths, plan, step)  # fmt: skip
+            step = self._host_loop.run(step, stop, train_steps, config.eval_steps, evaluate_once)
+            evaluate_once(step)
         return step
 
     @property
@@ -273,80 +274,26 @@ class Trainer:
         data = batching.dataset(features, plan, config.max_seq_length, config.padding, config.pad_to_multiple_of)
         return self.strategy.experimental_distribute_dataset(data)
 
+    # === The step function (the host loop around it: `runloop.HostLoop`) ===
+    def _train_steps(self, loop, iterator, lengths: np.ndarray, plan: list[np.ndarray], plan_start: int,
+                     step: int, steps: int) -> LoopResult:  # fmt: skip
+        """Steps `step + 1`... `step + steps`, the next batches of `plan` (which begins
+        after step `plan_start`), in one host call."""
+        loss_sum, good_steps, first_bad = loop(iterator, tf.constant(step, tf.int64), tf.constant(steps, tf.int64))
+        loss = float(loss_sum) / max(float(good_steps), 1.0)
+        batches = plan[step - plan_start : step - plan_start + steps]
+        examples = sum(len(rows) for rows in batches)
+        tokens = int(sum(lengths[rows].sum() for rows in batches))
+        return LoopResult({"loss": loss}, f"loss {loss:.4f}", examples, tokens, int(first_bad))
 
-class _Loop:
-    """The state of one `Trainer.train` call: the compiled loop, TensorBoard, checkpoints."""
-
-    def __init__(self, trainer: Trainer, features: Features, total_steps: int, manager, evaluate):
-        self.trainer = trainer
-        self.features = features
-        self.lengths = features.lengths
-        self.total_steps = total_steps
-        self.manager = manager
-        self.evaluate_fn = evaluate
-        self.evaluated_at = -1
-        self.writer = tf.summary.create_file_writer(os.path.join(trainer.config.output_dir, "logs", "train"))
-        self.function = tf.function(self._loop, jit_compile=trainer.config.jit_compile or None)
-
-    def run(self, plan: list[np.ndarray], step: int) -> int:
-        """Trains on the batches of `plan`, `iterations_per_loop` at a time; returns the new step."""
-        config = self.trainer.config
-        iterator = iter(self.trainer.distribute(self.features, plan))
-        position = 0
-        while position < len(plan):
-            count = min(config.iterations_per_loop, len(plan) - position)
-            if config.eval_steps:  # stop at the next evaluation point
-                count = min(count, config.eval_steps - step % config.eval_steps)
-            start = time.perf_counter()
-            loss = float(self.function(iterator, tf.constant(count, tf.int32)))
-            seconds = time.perf_counter() - start
-            batches = plan[position : position + count]
-            position, step = position + count, step + count
-            if not math.isfinite(loss):
-                raise BertTfError(
-                    f"The training loss is {loss} at step {step}; lower --learning_rate or check the data "
-                    f"(the last good checkpoint is in {self.manager.directory})."
-                )
-            examples = sum(len(rows) for rows in batches)
-            self.trainer.loop_times.append((examples, seconds))
-            tokens = int(sum(self.lengths[rows].sum() for rows in batches))
-            self._log(step, loss, examples / seconds, tokens / seconds)
-            if step % config.save_checkpoints_steps < count:
-                self.manager.save(checkpoint_number=step)
-            if config.eval_steps and step % config.eval_steps == 0:
-                self.evaluate(step)
-        return step
-
-    def evaluate(self, step: int) -> None:
-        if self.evaluate_fn is not None and step != self.evaluated_at:
-            self.evaluated_at = step
-            self.evaluate_fn(step)
-
-    def _log(self, step: int, loss: float, examples_per_s: float, tokens_per_s: float) -> None:
-        trainer = self.trainer
-        learning_rate = float(trainer.optimizer.learning_rate)
-        with self.writer.as_default(step=step):
-            tf.summary.scalar("loss", loss)
-            tf.summary.scalar("learning_rate", learning_rate)
-            tf.summary.scalar("examples_per_second", examples_per_s)
-            tf.summary.scalar("tokens_per_second", tokens_per_s)
-            if trainer.updater.loss_scaling:
-                tf.summary.scalar("loss_scale", float(trainer.updater.loss_scale.numpy()))
-        self.writer.flush()
-        print(
-            f"step {step}/{self.total_steps} loss {loss:.4f} lr {learning_rate:.3g} "
-            f"{examples_per_s:.1f} examples/s {tokens_per_s:.0f} tokens/s",
-            flush=True,
-        )
-
-    def _step(self, batch: dict[str, tf.Tensor]) -> tf.Tensor:
-        """One step on this replica's share of the batch; the batch's loss (all replicas)."""
-        trainer = self.trainer
-        model, updater = trainer.model, trainer.updater
-        replicas = trainer.strategy.num_replicas_in_sync
+    def _step(self, batch: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+        """One step on this replica's share of the batch; the batch's loss (all replicas)
+        and whether the step diverged."""
+        model, updater = self.model, self.updater
+        replicas = self.strategy.num_replicas_in_sync
         with tf.GradientTape() as tape:
             outputs = model({key: batch[key] for key in ENCODER_INPUTS}, training=True)
-            total, count = trainer.loss(batch, outputs)
+            total, count = self.loss(batch, outputs)
             loss = total / tf.maximum(count, 1.0) / replicas
             scaled = updater.scale(loss)
         variables = model.trainable_variables
@@ -355,25 +302,20 @@ class _Loop:
         # included: made dense, so the global norm adds the repeats up before squaring.
         gradients = tape.gradient(scaled, variables)
         pairs = [(tf.convert_to_tensor(g), v) for g, v in zip(gradients, variables) if g is not None]
-        return updater([g for g, _ in pairs], [v for _, v in pairs], loss).loss
+        result = updater([g for g, _ in pairs], [v for _, v in pairs], loss)
+        return result.loss, tf.cast(result.bad, tf.float32)
 
-    def _loop(self, iterator, steps: tf.Tensor) -> tf.Tensor:
-        """`steps` training steps in one host call; the mean loss (NaN once a step was not finite)."""
-        strategy = self.trainer.strategy
-        total = tf.constant(0.0)
-        for _ in tf.range(steps):
-            losses = strategy.run(self._step, args=(next(iterator),))
-            # Every replica holds the same, already summed, loss.
-            total += strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
-        return total / tf.cast(steps, tf.float32)
-
-
-def write_results(output_dir: str, results: dict[str, float], name: str = "eval_results") -> str:
-    """`name.txt` as the original ("key = value" lines) and `name.json`; returns the txt path."""
-    os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, f"{name}.txt")
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.writelines(f"{key} = {value}\n" for key, value in sorted(results.items()))
-    with open(os.path.join(output_dir, f"{name}.json"), "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=2, sort_keys=True)
-    return path
+    def _loop(self, iterator, first_step: tf.Tensor, steps: tf.Tensor):
+        """`steps` training steps in one host call: the sum of their finite losses, how
+        many there were, and the first step whose loss was not (0 if none)."""
+        strategy = self.strategy
+        loss_sum, good_steps, first_bad = tf.constant(0.0), tf.constant(0.0), tf.constant(0, tf.int64)
+        for i in tf.range(steps):
+            losses, bad = strategy.run(self._step, args=(next(iterator),))
+            # Every replica holds the same, already summed, loss and verdict.
+            loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
+            bad = strategy.reduce(tf.distribute.ReduceOp.MEAN, bad, axis=None) > 0
+            loss_sum += tf.where(bad, 0.0, loss)
+            good_steps += tf.where(bad, 0.0, 1.0)
+            first_bad = tf.where(bad & tf.equal(first_bad, 0), first_step + i + 1, first_bad)
+        return loss_sum, good_steps, first_bad

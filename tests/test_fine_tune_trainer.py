@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import textwrap
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
-from bert_tf import BertConfig, BertEncoder
+from bert_tf import BertConfig, BertEncoder, BertTfError
 from bert_tf.optimization import AdamWeightDecay
 from fine_tune.heads import ClassificationHead, classification_loss
 from fine_tune.task import Features
-from fine_tune.trainer import ENCODER_INPUTS, Trainer, TrainingConfig
+from fine_tune.trainer import ENCODER_INPUTS, FineTuningTrainer, TrainingConfig
 
 
 def repeated_token_features() -> Features:
@@ -45,7 +48,7 @@ def two_step_weights(strategy: tf.distribute.Strategy, output_dir: str) -> list[
     """The weights after the loop's 2 steps on `repeated_token_features` under `strategy`."""
     with strategy.scope():
         model = classifier(seed=7)
-    Trainer(model, classification_loss, False, two_step_config(output_dir), strategy).train(repeated_token_features())
+    FineTuningTrainer(model, classification_loss, False, two_step_config(output_dir), strategy).train(repeated_token_features())
     return [np.asarray(v) for v in model.trainable_variables]
 
 
@@ -59,7 +62,7 @@ def test_two_steps_clip_the_dense_global_norm(tmp_path):
     model = classifier(seed=7)
     reference = classifier(seed=7)
     strategy = tf.distribute.get_strategy()
-    trainer = Trainer(model, classification_loss, False, config, strategy)
+    trainer = FineTuningTrainer(model, classification_loss, False, config, strategy)
     batches = list(trainer.distribute(features, trainer._plan(features, epoch=0)))
     assert trainer.train(features) == 2
 
@@ -107,3 +110,16 @@ def test_two_replicas_take_the_same_clipped_steps_as_one_device(tmp_path, projec
     result = project.run("-c", MIRRORED_SCRIPT, str(tmp_path), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "same True" in result.stdout, result.stdout[-500:]
+
+
+def test_a_diverging_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    """The run core's NaN stop, as pre-training's: a rate of 1e30 throws the weights to
+    ~1e30 in step 1, so step 2's loss is not finite; nothing of step 2 is saved."""
+    config = dataclasses.replace(two_step_config(str(tmp_path)), learning_rate=1e30, save_checkpoints_steps=1)
+    trainer = FineTuningTrainer(classifier(seed=7), classification_loss, False, config, tf.distribute.get_strategy())
+    with pytest.raises(BertTfError) as error:
+        trainer.train(repeated_token_features())
+    kept = os.path.join(str(tmp_path), "checkpoints", "ckpt-1")
+    assert str(error.value).startswith(f"The loss is NaN or infinite at step 2; training stopped and the last good "
+                                       f"checkpoint {kept} is kept")  # fmt: skip
+    assert tf.train.latest_checkpoint(os.path.join(str(tmp_path), "checkpoints")) == kept

@@ -14,9 +14,8 @@ import run_pretraining
 from bert_tf import BertConfig, BertEncoder, BertPretrainer
 from bert_tf.losses import pretraining_losses
 from bert_tf.optimization import create_optimizer
-from bert_tf.training import StepOptions, Trainer
+from bert_tf.training import PretrainingTrainer, StepOptions
 from bert_tf.training.inputs import MODEL_INPUTS, BatchPlan
-from bert_tf.training.pretraining import load_initial_weights
 from bert_tf.data.reader import pretraining_dataset
 from tests.pretraining_helpers import (
     PREDICTIONS,
@@ -49,17 +48,18 @@ def batches(data: str, count: int) -> list[dict[str, tf.Tensor]]:
     return list(dataset.take(count))
 
 
-def build(config_file: str, accumulation: int = 1, jit: bool = False, dtype: str | None = None) -> Trainer:
+def build(config_file: str, accumulation: int = 1, jit: bool = False,
+          dtype: str | None = None) -> PretrainingTrainer:  # fmt: skip
     keras.utils.set_random_seed(7)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
         model = BertPretrainer(BertEncoder(BertConfig.from_json_file(config_file), dtype=dtype), PREDICTIONS)
         optimizer = create_optimizer("adamw", 1e-2, num_train_steps=10, num_warmup_steps=0)
         plan = BatchPlan(BATCH, accumulation_steps=accumulation)
-        return Trainer(strategy, model, optimizer, StepOptions(plan, dtype == "mixed_float16", jit))
+        return PretrainingTrainer(strategy, model, optimizer, StepOptions(plan, dtype == "mixed_float16", jit))
 
 
-def train(trainer: Trainer, data: list) -> tuple[list[float], list[np.ndarray]]:
+def train(trainer: PretrainingTrainer, data: list) -> tuple[list[float], list[np.ndarray]]:
     """Per-step losses and the final weights after one step per batch."""
     iterator = iter(tf.data.Dataset.from_tensor_slices(_stack(data)))
     losses = [trainer.train(iterator, step, 1)["loss_sum"] for step in range(len(data))]
@@ -72,7 +72,7 @@ def _stack(data: list) -> dict[str, tf.Tensor]:
 
 @pytest.fixture(scope="module")
 def reference(files):
-    """Three steps of the plain `Trainer` (one device, no accumulation, no XLA, no dropout)."""
+    """Three steps of the plain `PretrainingTrainer` (one device, no accumulation, no XLA, no dropout)."""
     data = batches(files["data"], STEPS)
     return data, train(build(files["config_no_dropout"]), data)
 
@@ -86,7 +86,7 @@ def test_trainer_matches_the_original_loss_and_a_plain_keras_update(files, refer
         with tf.GradientTape() as tape:
             outputs = model({name: batch[name] for name in MODEL_INPUTS}, training=True)
             expected = pretraining_losses(batch, outputs)["loss"]
-        # The global-batch normalisation of the Trainer is the original loss, to rounding.
+        # The global-batch normalisation of the PretrainingTrainer is the original loss, to rounding.
         assert loss == pytest.approx(float(expected), rel=1e-5)
         # Dense gradients, as on the original's TPUs (one-hot embeddings): the global norm of
         # IndexedSlices would count repeated token-type ids apart.
@@ -203,7 +203,7 @@ def test_init_checkpoint_reads_google_tf1_checkpoints(files, tmp_path):
     source = BertPretrainer(BertEncoder(config), PREDICTIONS)
     path = checkpoints.save(source, tmp_path / "google", "tf1")
     target = BertPretrainer(BertEncoder(config), PREDICTIONS)
-    assert load_initial_weights(target, path).startswith("tf1 checkpoint")
+    assert checkpoints.load_into(target, path).startswith("tf1 checkpoint")
     for got, want in zip(target.trainable_variables, source.trainable_variables):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
 

@@ -7,6 +7,10 @@ our model and copies the weights in. A checkpoint that does not fit (another siz
 missing layers, ...) raises one `BertTfError` listing the missing, unexpected and
 wrongly shaped variables in the checkpoint's own names.
 
+`load_into(model, path)` fills a model that exists already (pre-training's
+`--init_checkpoint`) instead of building one, after checking that the checkpoint
+describes a BERT of the model's size.
+
 Pre-training heads: `load_encoder` ignores them. `load_pretrainer` on a checkpoint
 without any head variable (e.g. HF's `BertModel`) warns and leaves the heads freshly
 initialised, as one does to start pre-training from an encoder; a checkpoint with only
@@ -47,11 +51,14 @@ __all__ = [
     "FORMATS",
     "Checkpoint",
     "build_model",
+    "describe",
     "detect_format",
     "load",
     "load_encoder",
+    "load_into",
     "load_pretrainer",
     "read_checkpoint",
+    "same_size",
     "save",
 ]
 
@@ -108,12 +115,27 @@ def read_checkpoint(path: str | os.PathLike, **config_overrides: Any) -> Checkpo
     return checkpoint
 
 
-def _describe(config: BertConfig) -> str:
+# Every field that fixes a variable's shape or the attention's arithmetic.
+_SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings", "type_vocab_size")  # fmt: skip
+
+
+def describe(config: BertConfig) -> str:
+    """The size of a BERT in words, for messages.
+
+    >>> describe(BertConfig.from_preset("tiny", vocab_size=100))
+    '2 layers, hidden size 128, 2 heads, intermediate size 512, vocab 100, 512 positions, 2 segment types'
+    """
     return (
-        f"{config.num_hidden_layers} layers, hidden size {config.hidden_size}, "
+        f"{config.num_hidden_layers} layers, hidden size {config.hidden_size}, {config.num_attention_heads} heads, "
         f"intermediate size {config.intermediate_size}, vocab {config.vocab_size}, "
-        f"{config.max_position_embeddings} positions"
+        f"{config.max_position_embeddings} positions, {config.type_vocab_size} segment types"
     )
+
+
+def same_size(a: BertConfig, b: BertConfig) -> bool:
+    """Whether two configs describe BERTs of the same size (weights of one fit the other)."""
+    return all(getattr(a, name) == getattr(b, name) for name in _SIZE_FIELDS)
 
 
 def _fill(model: BertEncoder | BertPretrainer, checkpoint: Checkpoint) -> None:
@@ -134,7 +156,7 @@ def _fill(model: BertEncoder | BertPretrainer, checkpoint: Checkpoint) -> None:
     if mismatch:
         raise BertTfError(
             f"The weights in {checkpoint.path} do not fit the BERT described by {checkpoint.config_source} "
-            f"({_describe(checkpoint.config)}): {mismatch.describe()}."
+            f"({describe(checkpoint.config)}): {mismatch.describe()}."
         )
     ignored = [name for name in checkpoint.weights if checkpoint.naming.scope(name) is None]
     if ignored:
@@ -188,6 +210,59 @@ def load_pretrainer(path: str | os.PathLike, *, dtype: Any = None, **config_over
 def load(path: str | os.PathLike, *, dtype: Any = None, **config_overrides: Any) -> BertEncoder | BertPretrainer:
     """The model the checkpoint holds: a `BertPretrainer` if it has pre-training heads, else a `BertEncoder`."""
     return build_model(read_checkpoint(path, **config_overrides), None, dtype)
+
+
+def load_into(model: BertEncoder | BertPretrainer, path: str | os.PathLike, *, flag: str | None = None) -> str:
+    """Fills an existing `model` with the weights of the checkpoint at `path` (any format).
+
+    No second model is built: TF1, HF and `.keras` weights are assigned from the file,
+    a `run_pretraining.py` checkpoint is restored straight into the model. The
+    checkpoint must describe a BERT of the model's size (else one `BertTfError` naming
+    both sizes); into a `BertPretrainer`, heads missing from it keep their
+    initialisation, with a warning (see the module doc). The model may live under a
+    `tf.distribute` strategy: call this in its scope.
+
+    Args:
+        model: a built `BertEncoder` or `BertPretrainer`.
+        path: any path `load_encoder` accepts.
+        flag: the flag that named `path`, for messages (e.g. "--init_checkpoint").
+
+    Returns:
+        What was loaded, for a log line, e.g. "hf checkpoint /models/bert".
+
+    Example:
+    >>> import os, tempfile
+    >>> from bert_tf import BertConfig, BertEncoder
+    >>> encoder = BertEncoder(BertConfig.from_preset("tiny", vocab_size=100))
+    >>> path = save(encoder, os.path.join(tempfile.mkdtemp(), "tiny"), "hf")
+    >>> load_into(BertEncoder(BertConfig.from_preset("tiny", vocab_size=100)), path).split()[:2]
+    ['hf', 'checkpoint']
+    >>> try:
+    ...     load_into(BertEncoder(BertConfig.from_preset("tiny", vocab_size=99)), path)
+    ... except BertTfError as error:
+    ...     print(str(error).split(" holds ")[1])  # doctest: +ELLIPSIS
+    a BERT of ..., vocab 100, ..., but the model to load it into has ..., vocab 99, ...; use the config ...
+    """
+    path = hf.directory_of(os.fspath(path))
+    named = f"{flag} {path}" if flag else f"The checkpoint {path}"
+    ours = (model.encoder if isinstance(model, BertPretrainer) else model).bert_config
+    if detect_format(path) == "training":
+        prefix, config, config_file = training_format.read_config(path)
+        _check_size(named, config, config_file, ours)
+        training_format.restore_into(model, prefix, config_file)
+        return f"training checkpoint {prefix}"
+    checkpoint = read_checkpoint(path)
+    _check_size(named, checkpoint.config, checkpoint.config_source, ours)
+    _fill(model, checkpoint)
+    return f"{checkpoint.format} checkpoint {checkpoint.path}"
+
+
+def _check_size(named: str, theirs: BertConfig, config_source: str, ours: BertConfig) -> None:
+    if not same_size(theirs, ours):
+        raise BertTfError(
+            f"{named} holds a BERT of {describe(theirs)}, but the model to load it into has {describe(ours)}; "
+            f"use the config that came with the checkpoint ({config_source})."
+        )
 
 
 # === Writing ===

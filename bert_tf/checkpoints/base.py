@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 import numpy as np
 
@@ -48,6 +49,17 @@ def vocab_beside(directory: str) -> str | None:
 
 
 def first_line(error: BaseException) -> str:
-    """The first line of an exception's message, for one-sentence errors."""
-    text = str(error).strip().splitlines()
-    return text[0].rstrip(".") if text else type(error).__name__
+    """The gist of an error in one line, for one-sentence errors, without TensorFlow's decorations.
+
+    A graph execution error reads "Graph execution error:", a "Detected at node" call
+    stack (lines starting with spaces), the reason, then "[[{{node ...}}]] [Op:...]".
+
+    >>> first_line(ValueError("Shapes (2,) and (3,) are incompatible.\\nmore"))
+    'Shapes (2,) and (3,) are incompatible'
+    """
+    text = getattr(error, "message", None) or str(error) or type(error).__name__
+    lines = [line for line in text.splitlines() if line.strip()]
+    if lines and lines[0].startswith("Graph execution error"):
+        lines = [line for line in lines[1:] if not line.startswith((" ", "Detected at node"))] or lines
+    reason = re.sub(r"\{\{[^}]*\}\}", "", lines[0] if lines else text).strip()
+    return re.split(r"\s*\[\[|\s*\[Op:", reason)[0].strip().rstrip(".")

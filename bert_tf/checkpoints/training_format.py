@@ -4,8 +4,9 @@
 model under the key `model`, plus optimizer, step and input state) with
 `bert_config.json` beside them. Reading one builds a `BertPretrainer` of that config,
 restores only the model from it, and hands its weights on under TF1 names, so every
-loader (fine-tuning, conversion, `--init_checkpoint`) accepts a pre-training output
-directory as it is.
+loader (fine-tuning, conversion) accepts a pre-training output directory as it is;
+`restore_into` fills an existing model in place instead (`checkpoints.load_into`,
+pre-training's `--init_checkpoint`).
 """
 
 from __future__ import annotations
@@ -38,15 +39,18 @@ def find_training_prefix(path: str) -> str | None:
     return prefix if any(name.startswith(f"{MODEL_KEY}/") for name, _ in variables) else None
 
 
-def _model_variable_count(prefix: str) -> int:
-    """How many variables the checkpoint's `model` object holds (walking its object graph).
+def _variable_count(prefix: str, scope: tuple[str, ...]) -> int:
+    """How many variables the checkpoint holds under the object path `scope` (e.g.
+    `("model", "encoder")`), walking its object graph.
 
     Restoring checks that every variable of our model is in the checkpoint; this count
     catches the converse (a checkpoint with more layers than the config says).
     """
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(tf.train.load_checkpoint(prefix).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-    roots = [child.node_id for child in graph.nodes[0].children if child.local_name == MODEL_KEY]
+    roots = [0]
+    for name in scope:
+        roots = [child.node_id for node in roots for child in graph.nodes[node].children if child.local_name == name]
     seen: set[int] = set()
     while roots:
         node = roots.pop()
@@ -56,20 +60,28 @@ def _model_variable_count(prefix: str) -> int:
     return sum(any(a.name == "VARIABLE_VALUE" for a in graph.nodes[n].attributes) for n in seen)
 
 
-def read(path: str) -> Checkpoint:
-    """Restores the model of a pre-training checkpoint and returns its weights under TF1 names."""
+def read_config(path: str) -> tuple[str, BertConfig, str]:
+    """(prefix, config, config file) of the pre-training checkpoint at `path`."""
     prefix = find_training_prefix(path)
     if prefix is None:
         raise BertTfError(f"{path} is not a bert_tf training checkpoint (no object-based checkpoint with a model).")
     config_file = os.path.join(os.path.dirname(prefix), CONFIG_NAME)
     if not os.path.isfile(config_file):
         raise BertTfError(f"The training checkpoint {prefix} has no {CONFIG_NAME} beside it ({config_file} does not exist).")
-    config = BertConfig.from_json_file(config_file)
-    model = BertPretrainer(BertEncoder(config))
+    return prefix, BertConfig.from_json_file(config_file), config_file
+
+
+def restore_into(model: BertEncoder | BertPretrainer, prefix: str, config_file: str) -> None:
+    """Restores `model` in place from the checkpoint at `prefix`: a `BertPretrainer`
+    whole, a `BertEncoder` from the checkpoint's encoder."""
+    if isinstance(model, BertPretrainer):
+        root, scope = model, (MODEL_KEY,)
+    else:  # the pre-trainer tracks its encoder as `encoder`
+        root, scope = tf.train.Checkpoint(encoder=model), (MODEL_KEY, "encoder")
     try:
-        status = tf.train.Checkpoint(**{MODEL_KEY: model}).read(prefix)
+        status = tf.train.Checkpoint(**{MODEL_KEY: root}).read(prefix)
         status.expect_partial().assert_existing_objects_matched()
-        found = _model_variable_count(prefix)
+        found = _variable_count(prefix, scope)
         if found != len(model.weights):
             raise ValueError(f"it holds {found} model variables where the config gives {len(model.weights)}")
     except (AssertionError, ValueError, tf.errors.OpError) as error:
@@ -77,5 +89,12 @@ def read(path: str) -> Checkpoint:
             f"The training checkpoint {prefix} does not hold a BERT pre-training model of the config in "
             f"{config_file} ({first_line(error)})."
         ) from None
+
+
+def read(path: str) -> Checkpoint:
+    """Restores the model of a pre-training checkpoint and returns its weights under TF1 names."""
+    prefix, config, config_file = read_config(path)
+    model = BertPretrainer(BertEncoder(config))
+    restore_into(model, prefix, config_file)
     weights = names.collect(names.model_slots(model))
     return Checkpoint("training", prefix, config, config_file, weights, names.TF1_NAMING, vocab_beside(os.path.dirname(prefix)))

@@ -26,7 +26,9 @@ import tensorflow as tf
 
 from bert_tf.losses import WEIGHT_EPSILON
 from bert_tf.training.inputs import MODEL_INPUTS, BatchPlan, split_per_replica
+from bert_tf.training.runloop import LoopResult
 from bert_tf.training.update import Updater
+
 # Summed over replicas: each replica adds its own part.
 REPLICA_STATS = (
     "masked_lm_loss_sum",
@@ -45,7 +47,7 @@ EVAL_STATS = REPLICA_STATS[:6] + ("loss_sum", "batches")
 
 @dataclasses.dataclass(frozen=True)
 class StepOptions:
-    """How a `Trainer` computes a step.
+    """How a `PretrainingTrainer` computes a step.
 
     Args:
         plan: the batch sizes (global, per replica, per micro-batch).
@@ -101,8 +103,9 @@ def _sync_on_read(name: str, size: int) -> tf.Variable:
     )
 
 
-class Trainer:
-    """Train and eval loops of a `BertPretrainer` under a `tf.distribute` strategy.
+class PretrainingTrainer:
+    """The pre-training step functions: train and eval loops of a `BertPretrainer`
+    under a `tf.distribute` strategy (the host loop around them: `runloop.HostLoop`).
 
     Build it in `strategy.scope()`. `train(iterator, first_step, steps)` runs `steps`
     optimiser steps in one call and returns their summed `STATS`.
@@ -114,7 +117,7 @@ class Trainer:
     >>> strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     >>> with strategy.scope():
     ...     model = BertPretrainer(BertEncoder(BertConfig.from_preset("tiny", vocab_size=50)), 2)
-    ...     trainer = Trainer(strategy, model, create_optimizer("adamw", 1e-3, 10, 0),
+    ...     trainer = PretrainingTrainer(strategy, model, create_optimizer("adamw", 1e-3, 10, 0),
     ...                       StepOptions(BatchPlan(global_batch_size=4)))
     >>> ones = np.ones((4, 8), "int32")
     >>> batch = {"input_word_ids": ones, "input_mask": ones, "input_type_ids": 0 * ones,
@@ -247,3 +250,40 @@ class Trainer:
         batch_loss = totals[0] / (totals[1] + WEIGHT_EPSILON) + totals[3] / totals[5]
         first_replica = tf.cast(tf.equal(context.replica_id_in_sync_group, 0), tf.float32)
         self.eval_stats.assign_add(tf.concat([stats, tf.stack([batch_loss, 1.0]) * first_replica], 0))
+
+
+# === Metrics of the summed stats ===
+def summarize(stats: dict[str, float]) -> LoopResult:
+    """What `runloop.HostLoop` reports of one `PretrainingTrainer.train` call."""
+    weight = max(stats["masked_lm_weight"], 1e-5)
+    examples = max(stats["examples"], 1.0)
+    scalars = {
+        "loss": stats["loss_sum"] / max(stats["steps"] - stats["bad_steps"], 1.0),
+        "masked_lm_loss": stats["masked_lm_loss_sum"] / weight,
+        "masked_lm_accuracy": stats["masked_lm_hits"] / weight,
+        "next_sentence_loss": stats["next_sentence_loss_sum"] / examples,
+        "next_sentence_accuracy": stats["next_sentence_hits"] / examples,
+        "gradient_norm": stats["gradient_norm_sum"] / max(stats["applied_steps"], 1.0),
+    }
+    summary = (
+        f"loss {scalars['loss']:.4f}  "
+        f"mlm {scalars['masked_lm_loss']:.4f} (acc {scalars['masked_lm_accuracy']:.4f})  "
+        f"nsp {scalars['next_sentence_loss']:.4f} (acc {scalars['next_sentence_accuracy']:.4f})  "
+        f"|g| {scalars['gradient_norm']:.3g}"
+    )
+    first_bad_step = int(stats["first_bad_step"]) if stats["bad_steps"] else 0
+    return LoopResult(scalars, summary, stats["examples"], stats["tokens"], first_bad_step)
+
+
+def eval_results(stats: dict[str, float], global_step: int) -> dict[str, float]:
+    """The original's evaluation metrics (weighted MLM means, NSP means, mean batch loss)."""
+    weight = max(stats["masked_lm_weight"], 1e-5)
+    examples = max(stats["examples"], 1.0)
+    return {
+        "global_step": global_step,
+        "loss": stats["loss_sum"] / max(stats["batches"], 1.0),
+        "masked_lm_accuracy": stats["masked_lm_hits"] / weight,
+        "masked_lm_loss": stats["masked_lm_loss_sum"] / weight,
+        "next_sentence_accuracy": stats["next_sentence_hits"] / examples,
+        "next_sentence_loss": stats["next_sentence_loss_sum"] / examples,
+    }
