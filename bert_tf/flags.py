@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -182,9 +182,18 @@ def parse(values: flags.FlagValues, argv: Sequence[str]) -> None:
         raise BertTfError(f"Unknown flag --{error.flagname}{_suggestion(values, error.flagname)} "
                           "(--helpfull lists all flags.)") from None
     except flags.Error as error:
-        raise BertTfError(f"{str(error).rstrip('.')}.") from None
+        raise BertTfError(_sentence(str(error))) from None
     if rest[1:]:
         raise BertTfError(f"Unexpected argument {rest[1]!r}: flags are written --name=value.")
+
+
+def _sentence(message: str) -> str:
+    """absl's message as one sentence; an enum's says which values are valid."""
+    choice = re.fullmatch(r"flag --(\w+)=(.*): value should be one of <(.*)>", message.strip())
+    if choice:
+        name, value, values = choice.groups()
+        return f"--{name}: invalid choice {value!r}; use one of {', '.join(values.split('|'))}."
+    return f"{message.strip().rstrip('.')}."
 
 
 def _suggestion(values: flags.FlagValues, name: str) -> str:
@@ -219,14 +228,12 @@ def help_text(values: flags.FlagValues, description: str) -> str:
 
 
 def run_main(values: flags.FlagValues, argv: Sequence[str] | None, description: str,
-             body: Callable[[flags.FlagValues], Any]) -> int:  # fmt: skip
+             body: Callable[[flags.FlagValues], Any], interrupted: str = "interrupted.") -> int:  # fmt: skip
     """The entry point of a command: `--help` prints `help_text`; otherwise parses `argv`
-    (default: `sys.argv[1:]`) and runs `body(values)` through `run_command`."""
+    (default: `sys.argv[1:]`) and runs `body(values)` through `run_command` (`interrupted`:
+    what to say after Ctrl-C)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg in HELP_ARGS for arg in argv):
         print(help_text(values, description))
         return 0
-    # TensorFlow's C++ start-up chatter (CUDA probes on CPU hosts, oneDNN notes) would bury
-    # our one-line messages; TF_CPP_MIN_LOG_LEVEL=0 brings it back for debugging.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    return run_command(lambda: (parse(values, argv), body(values)))
+    return run_command(lambda: (parse(values, argv), body(values)), interrupted)

@@ -26,12 +26,13 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from absl import app, flags
+from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
+from bert_tf.flags import Flag, flag_values, require, run_main
 from data_prep.corpus import expand_input_patterns
 
 PRESETS = {
@@ -139,52 +140,41 @@ def prepare(
     return counts
 
 
-FLAGS = flags.FLAGS
+FLAGS = flag_values(
+    "input_file", "output_file",
+    own={
+        "language": Flag(str, "en", "Language of the text for sentence splitting (ISO 639-1: en, zh, de...)."),
+        "documents": Flag(("blank_lines", "header"), "blank_lines", "How documents are delimited: by blank lines, "
+                          "or by lines matching --header_regex."),
+        "header_regex": Flag(str, None, "With --documents=header: a line matching it starts a new document (and is "
+                             "dropped)."),
+        "drop_regex": Flag(str, None, "Lines matching it are dropped (e.g. section headings)."),
+        # Not the model's --preset of the other commands: a corpus's settings.
+        "corpus_preset": Flag(tuple(PRESETS), None, "Settings for a known corpus; wikitext: documents from "
+                              "' = Title = ' lines, section headings dropped.", aliases=("preset",)),
+    },
+)  # fmt: skip
 
 
-def define_flags() -> None:
-    """The command-line flags, defined only when run as a script: importing this module
-    as a library must not claim flag names (absl's registry is global) that another
-    module, e.g. create_pretraining_data.py, also defines."""
-    flags.DEFINE_string("input_file", None, "Raw text files: comma-separated glob patterns.")
-    flags.DEFINE_string("output_file", None, "The corpus to write: one sentence a line, blank lines between documents.")
-    flags.DEFINE_string("language", "en", "Language of the text for sentence splitting (ISO 639-1: en, zh, de...).")
-    flags.DEFINE_enum(
-        "documents",
-        "blank_lines",
-        ["blank_lines", "header"],
-        "How documents are delimited: by blank lines, or by lines matching --header_regex.",
+def main(argv: Sequence[str] | None = None) -> int:
+    """bert-prepare-corpus (`argv` without the program name): exit status 0, or 1 after one
+    `error: ...` line on stderr."""
+    return run_main(FLAGS, argv, __doc__, _prepare)
+
+
+def _prepare(values: FlagValues) -> None:
+    require(values, "input_file", "output_file")
+    settings = {"documents": values.documents, "header_regex": values.header_regex, "drop_regex": values.drop_regex}
+    if values.corpus_preset:
+        settings.update(PRESETS[values.corpus_preset])
+    counts = prepare(
+        expand_input_patterns(values.input_file),
+        values.output_file,
+        sentence_splitter(values.language),
+        settings["documents"],
+        settings["header_regex"],
+        settings["drop_regex"],
     )
-    flags.DEFINE_string(
-        "header_regex", None, "With --documents=header: a line matching it starts a new document (and is dropped)."
-    )
-    flags.DEFINE_string("drop_regex", None, "Lines matching it are dropped (e.g. section headings).")
-    flags.DEFINE_enum(
-        "preset",
-        None,
-        list(PRESETS),
-        "Settings for a known corpus; wikitext: documents from ' = Title = ' lines, section headings dropped.",
-    )
-
-
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    settings = {"documents": FLAGS.documents, "header_regex": FLAGS.header_regex, "drop_regex": FLAGS.drop_regex}
-    if FLAGS.preset:
-        settings.update(PRESETS[FLAGS.preset])
-    try:
-        counts = prepare(
-            expand_input_patterns(FLAGS.input_file),
-            FLAGS.output_file,
-            sentence_splitter(FLAGS.language),
-            settings["documents"],
-            settings["header_regex"],
-            settings["drop_regex"],
-        )
-    except BertTfError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
     if counts.undecodable_lines:
         print(
             f"warning: {counts.undecodable_lines:,} line(s) are not valid UTF-8; their bad bytes became U+FFFD.",
@@ -194,12 +184,10 @@ def main(argv: list[str]) -> None:
         print("warning: no text found; the output file is empty.", file=sys.stderr)
     print(
         f"{counts.documents:,} documents, {counts.paragraphs:,} paragraphs, {counts.sentences:,} sentences "
-        f"-> {FLAGS.output_file}",
+        f"-> {values.output_file}",
         file=sys.stderr,
     )
 
 
 if __name__ == "__main__":
-    define_flags()
-    flags.mark_flags_as_required(["input_file", "output_file"])
-    app.run(main)
+    sys.exit(main())

@@ -9,6 +9,8 @@ run_config)`, the library entry they call. Built-in tasks: `fine_tune.glue` (GLU
 XNLI, TSV), `fine_tune.tagging` (CoNLL-2003, Chinese BIO) and `fine_tune.squad`.
 """
 
+import bert_tf  # noqa: F401  (first: it quiets TensorFlow's C++ start-up logs before TensorFlow is imported)
+
 
 def __getattr__(name: str):
     # Imported on first use: `fine_tune.registry` and the task modules are imported by

@@ -30,27 +30,23 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-# TensorFlow's C++ start-up chatter (CUDA probes on CPU hosts, oneDNN notes) would bury
-# the commands' one-line messages; TF_CPP_MIN_LOG_LEVEL=0 brings it back for debugging.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import numpy as np
+import tensorflow as tf
+from absl.flags import FlagValues
 
-import keras  # noqa: E402 (after the log level, which TensorFlow reads on import)
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl.flags import FlagValues  # noqa: E402
-
-from bert_tf import checkpoints  # noqa: E402
-from bert_tf.config import BertConfig  # noqa: E402
-from bert_tf.encoder import BertEncoder  # noqa: E402
-from bert_tf.errors import BertTfError  # noqa: E402
-from bert_tf.flags import SHARED, Flag, flag_values, parse, run_main, set_default  # noqa: E402
-from bert_tf.tokenization import FullTokenizer  # noqa: E402
-from bert_tf.training.distribution import create_strategy, is_chief  # noqa: E402
-from fine_tune import batching, registry  # noqa: E402
-from fine_tune.config import RunConfig, TaskConfig, config_flags, from_flags  # noqa: E402
-from fine_tune.registry import RUN_FILE  # noqa: E402
-from fine_tune.task import EvalSet, Features, Task  # noqa: E402
-from fine_tune.trainer import (  # noqa: E402
+from bert_tf import checkpoints
+from bert_tf.config import BertConfig
+from bert_tf.encoder import BertEncoder
+from bert_tf.errors import BertTfError
+from bert_tf.flags import SHARED, Flag, flag_values, parse, run_main, set_default
+from bert_tf.tokenization import FullTokenizer
+from bert_tf.training.distribution import create_strategy, is_chief
+from fine_tune import batching, registry
+from fine_tune.config import RunConfig, TaskConfig, config_flags, from_flags
+from fine_tune.registry import RUN_FILE
+from fine_tune.task import EvalSet, Features, Task
+from fine_tune.trainer import (
     BEST_DIR,
     Trainer,
     TrainingConfig,
