@@ -246,8 +246,9 @@ class Trainer:
         predict_step = self._predict_functions[key]
         rows: list[Any] = [None] * len(features)
         lengths = features.lengths
-        for batch in data:
-            outputs, indices = predict_step(batch)
+        iterator = iter(data)
+        for _ in plan:
+            outputs, indices = predict_step(next(iterator))
             local = zip(
                 self.strategy.experimental_local_results(outputs), self.strategy.experimental_local_results(indices)
             )
@@ -268,10 +269,14 @@ class Trainer:
         return array[position, :length] if self.per_token else array[position]
 
     def distribute(self, features: Features, plan: list[np.ndarray]):
-        """The padded batches of `plan`, split across the strategy's replicas."""
+        """The padded batches of `plan`, split across the strategy's replicas, repeated:
+        callers take `len(plan)` batches. Without the repetition, the distributed
+        iterator's prefetching runs into the end of the data after the last batch, which
+        TensorFlow logs (`OUT_OF_RANGE ... MultiDeviceIteratorGetNextFromShard`) at
+        every epoch's end and after every evaluation."""
         config = self.config
         data = batching.dataset(features, plan, config.max_seq_length, config.padding, config.pad_to_multiple_of)
-        return self.strategy.experimental_distribute_dataset(data)
+        return self.strategy.experimental_distribute_dataset(data.repeat())
 
 
 class _Loop:
