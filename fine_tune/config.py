@@ -93,8 +93,10 @@ class TaskConfig:
 class RunConfig(TrainingConfig):
     """The run besides the task: which BERT, which phases, the strategy, and the
     hyper-parameters of `TrainingConfig`; its fields are the flags of the same names
-    (`seed` is `--random_seed`)."""
+    (`seed` is `--random_seed`), with their defaults."""
 
+    iterations_per_loop: int = SHARED["iterations_per_loop"].default
+    keep_checkpoint_max: int = SHARED["keep_checkpoint_max"].default
     do_train: bool = False
     do_eval: bool = False
     do_predict: bool = False
