@@ -238,7 +238,7 @@ class Trainer:
         and end logits) gives a dict per row.
         """
         plan = batching.batch_plan(features.lengths, batch_size, self.config.padding)
-        data = self.distribute(features, plan)
+        data = self.distribute(features, plan, endless=True)
         # One traced function per batch layout, reused by every evaluation of the run.
         key = tuple(sorted(data.element_spec))
         if key not in self._predict_functions:
@@ -268,15 +268,17 @@ class Trainer:
     def _row(self, array: np.ndarray, position: int, length: int) -> np.ndarray:
         return array[position, :length] if self.per_token else array[position]
 
-    def distribute(self, features: Features, plan: list[np.ndarray]):
-        """The padded batches of `plan`, split across the strategy's replicas, repeated:
-        callers take `len(plan)` batches. Without the repetition, the distributed
-        iterator's prefetching runs into the end of the data after the last batch, which
-        TensorFlow logs (`OUT_OF_RANGE ... MultiDeviceIteratorGetNextFromShard`) at
-        every epoch's end and after every evaluation."""
+    def distribute(self, features: Features, plan: list[np.ndarray], endless: bool = False):
+        """The padded batches of `plan`, split across the strategy's replicas.
+
+        `endless` repeats them, for callers that take `len(plan)` batches: the distributed
+        iterator's prefetching then never runs into the end of the data, which TensorFlow
+        logs (`OUT_OF_RANGE ... MultiDeviceIteratorGetNextFromShard`) at every epoch's end
+        and after every evaluation.
+        """
         config = self.config
         data = batching.dataset(features, plan, config.max_seq_length, config.padding, config.pad_to_multiple_of)
-        return self.strategy.experimental_distribute_dataset(data.repeat())
+        return self.strategy.experimental_distribute_dataset(data.repeat() if endless else data)
 
 
 class _Loop:
@@ -296,7 +298,7 @@ class _Loop:
     def run(self, plan: list[np.ndarray], step: int) -> int:
         """Trains on the batches of `plan`, `iterations_per_loop` at a time; returns the new step."""
         config = self.trainer.config
-        iterator = iter(self.trainer.distribute(self.features, plan))
+        iterator = iter(self.trainer.distribute(self.features, plan, endless=True))
         position = 0
         while position < len(plan):
             count = min(config.iterations_per_loop, len(plan) - position)
