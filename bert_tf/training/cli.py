@@ -4,7 +4,9 @@ sentence) on the TFRecords of create_pretraining_data.py.
 The original's flags and defaults, plus strategies, optimisers, mixed precision, XLA,
 gradient accumulation and dynamic masking. The same command runs on one CPU, on the
 GPUs of a machine, on several machines (TF_CONFIG) or on a TPU; re-running it after any
-interruption resumes from the last checkpoint in --output_dir. See bert_tf.training.
+interruption resumes from the last checkpoint in --output_dir. With --dynamic_masking,
+--vocab_file gives the ids of [MASK], [CLS] and [SEP] (default: Google's 103, 101, 102).
+See bert_tf.training.
 
 Example:
   python run_pretraining.py --input_file='data/train.tfrecord*' --output_dir=out \\
