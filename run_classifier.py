@@ -9,7 +9,7 @@ The flags of the original `run_classifier.py` (`--task_name` works too); see
 
 import sys
 
-from fine_tune.cli import main
+from fine_tune.cli import classifier_main
 
 if __name__ == "__main__":
-    sys.exit(main("classifier"))
+    sys.exit(classifier_main())

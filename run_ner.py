@@ -8,7 +8,7 @@ See `python run_ner.py --help` and `fine_tune/cli.py`.
 
 import sys
 
-from fine_tune.cli import main
+from fine_tune.cli import ner_main
 
 if __name__ == "__main__":
-    sys.exit(main("ner"))
+    sys.exit(ner_main())

@@ -7,12 +7,12 @@
 Add `--version_2_with_negative` (and `--null_score_diff_threshold`) for SQuAD 2.0.
 Writes predictions.json, nbest_predictions.json (and null_odds.json) to --output_dir
 and, when the predict file has answers, the official EM/F1 to test_scores.txt. See
-`python run_squad.py --help` and `fine_tune/squad/task.py`.
+`python run_squad.py --help` and `fine_tune/cli.py`.
 """
 
 import sys
 
-from fine_tune.squad.task import main
+from fine_tune.cli import squad_main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(squad_main())

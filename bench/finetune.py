@@ -112,7 +112,7 @@ def run_ours(task: str, setting: Setting, output_dir: str) -> dict:
         flags.append("--adam_bias_correction")
     if task == "conll2003":
         flags.append("--do_predict")  # eng.testb is labelled: scored as the test set
-    report = run(parse_args(family, flags))
+    report = run(*parse_args(family, flags))
     return {"scores": {**report.get("eval", {}), **report.get("test", {})}, "seconds": report["train_seconds"],
             "rows": report["train_rows"]}
 
@@ -121,8 +121,8 @@ def run_ours(task: str, setting: Setting, output_dir: str) -> dict:
 def hf_examples(task: str, split: str, setting: Setting) -> list:
     """The same examples our run reads (our readers; reading is not what is compared)."""
     family, folder, _ = TASKS[task]
-    args = parse_args(family, [f"--task={task}"])
-    examples = registry.get_task(task, family, args).reader.read(str(data_dir() / folder), split)[0].examples
+    task_config = parse_args(family, [f"--task={task}"])[0]
+    examples = registry.build_task(task_config).reader.read(str(data_dir() / folder), split)[0].examples
     return examples[: setting.max_train_examples] if split == "train" and setting.max_train_examples else examples
 
 
@@ -206,7 +206,7 @@ def run_hf_classifier(task: str, setting: Setting) -> dict:
     import torch
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    labels = registry.get_task(task, "classifier", parse_args("classifier", [f"--task={task}"])).reader.labels
+    labels = registry.build_task(parse_args("classifier", [f"--task={task}"])[0]).reader.labels
     regression = not labels
     tokenizer = AutoTokenizer.from_pretrained(setting.model_dir)
 
@@ -258,8 +258,7 @@ def run_hf_ner(task: str, setting: Setting) -> dict:
     from transformers import AutoTokenizer, BertForTokenClassification
 
     train_examples = hf_examples(task, "train", setting)
-    args = parse_args("ner", [f"--task={task}"])
-    labels = list(registry.get_task(task, "ner", args).reader.labels_in(train_examples))
+    labels = list(registry.build_task(parse_args("ner", [f"--task={task}"])[0]).reader.labels_in(train_examples))
     tokenizer = AutoTokenizer.from_pretrained(setting.model_dir)
 
     def encode(sentence) -> dict:
@@ -347,7 +346,7 @@ def padding_speedup(setting: Setting, tasks: list[str], rounds: int) -> list[dic
                         f"--max_train_examples={setting.max_train_examples}", f"--padding={mode}",
                         "--iterations_per_loop=4",
                     ]  # fmt: skip
-                    report = run(parse_args(family, flags))
+                    report = run(*parse_args(family, flags))
                 results.setdefault((task, mode), []).append(report["steady_rows_per_second"])
     rows = []
     for (task, mode), values in results.items():

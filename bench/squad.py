@@ -106,7 +106,7 @@ def score(data_file: pathlib.Path, predictions: dict[str, str], null_odds: dict[
 
 # === Ours ===
 def run_ours(paths: dict, version_2: bool, args: argparse.Namespace, output_dir: pathlib.Path) -> dict:
-    from fine_tune.squad.task import run
+    from fine_tune.cli import parse_args, run
 
     flags = [
         f"--init_checkpoint={minilm_dir()}", f"--output_dir={output_dir}", "--do_train", f"--train_file={paths['train']}",
@@ -122,7 +122,7 @@ def run_ours(paths: dict, version_2: bool, args: argparse.Namespace, output_dir:
     if version_2:
         flags.append("--version_2_with_negative")
     start = time.perf_counter()
-    report = run(flags)
+    report = run(*parse_args("squad", flags))
     wall = time.perf_counter() - start
     predictions = json.loads((output_dir / "predictions.json").read_text(encoding="utf-8"))
     null_odds = json.loads((output_dir / "null_odds.json").read_text(encoding="utf-8")) if version_2 else None

@@ -11,6 +11,12 @@ the data generator's worker processes) does not pay for importing Keras.
 from __future__ import annotations
 
 import importlib
+import os
+
+# TensorFlow's C++ start-up chatter (CUDA probes on CPU hosts, oneDNN notes) would bury
+# the commands' one-line messages; set before TensorFlow is imported (it reads it then).
+# TF_CPP_MIN_LOG_LEVEL=0 brings it back for debugging.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 _EXPORTS = {
     "PRESETS": "bert_tf.config",

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
-from absl import app, flags
+from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
+from bert_tf.flags import Flag, flag_values, require, run_main
 from data_prep.corpus import expand_input_patterns
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -98,54 +99,38 @@ def build_vocab(
     return len(tokens)
 
 
-FLAGS = flags.FLAGS
+FLAGS = flag_values(
+    "input_file", "output_file", "vocab_size", "do_lower_case",
+    own={
+        "num_unused": Flag(int, DEFAULT_UNUSED, "[unusedN] slots between [PAD] and [UNK]."),
+        "min_frequency": Flag(int, 2, "Ignore pieces seen fewer times than this."),
+    },
+)  # fmt: skip
 
 
-def define_flags() -> None:
-    """The command-line flags, defined only when run as a script: importing this module
-    as a library must not claim flag names (absl's registry is global) that another
-    module, e.g. create_pretraining_data.py, also defines."""
-    flags.DEFINE_string("input_file", None, "Training text: comma-separated glob patterns.")
-    flags.DEFINE_string("output_file", None, "The vocab.txt to write.")
-    flags.DEFINE_integer("vocab_size", 30522, "Tokens in the vocabulary, special and unused ones included.")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased model) or not (cased).")
-    flags.DEFINE_integer("num_unused", DEFAULT_UNUSED, "[unusedN] slots between [PAD] and [UNK].")
-    flags.DEFINE_integer("min_frequency", 2, "Ignore pieces seen fewer times than this.")
+def main(argv: Sequence[str] | None = None) -> int:
+    """bert-build-vocab (`argv` without the program name): exit status 0, or 1 after one
+    `error: ...` line on stderr."""
+    return run_main(FLAGS, argv, __doc__, _build)
 
 
-def _run(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    try:
-        count = build_vocab(
-            expand_input_patterns(FLAGS.input_file),
-            FLAGS.output_file,
-            FLAGS.vocab_size,
-            FLAGS.do_lower_case,
-            FLAGS.num_unused,
-            FLAGS.min_frequency,
-        )
-    except BertTfError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
-    if count < FLAGS.vocab_size:
+def _build(values: FlagValues) -> None:
+    require(values, "input_file", "output_file")
+    count = build_vocab(
+        expand_input_patterns(values.input_file),
+        values.output_file,
+        values.vocab_size,
+        values.do_lower_case,
+        values.num_unused,
+        values.min_frequency,
+    )
+    if count < values.vocab_size:
         print(
-            f"warning: the corpus gave only {count:,} tokens (< --vocab_size {FLAGS.vocab_size:,}); "
+            f"warning: the corpus gave only {count:,} tokens (< --vocab_size {values.vocab_size:,}); "
             "use a bigger corpus or a smaller --vocab_size.",
             file=sys.stderr,
         )
-    print(f"{count:,} tokens -> {FLAGS.output_file}", file=sys.stderr)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The `bert-build-vocab` command: parses `argv` (default `sys.argv`) as flags and runs.
-
-    absl's `app.run` handles --help and usage errors and ends the process with the exit
-    status (1 after an `error:` line), so the status is never returned to the caller.
-    """
-    define_flags()
-    flags.mark_flags_as_required(["input_file", "output_file"])
-    app.run(_run, argv)
+    print(f"{count:,} tokens -> {values.output_file}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ This tool splits paragraphs into sentences and finds documents:
 - `--documents=header`: a line matching `--header_regex` starts a document (and is
   dropped); blank lines are only paragraph breaks.
 
-Lines matching `--drop_regex` are dropped (section headings, say). `--preset=wikitext`
+Lines matching `--drop_regex` are dropped (section headings, say). `--corpus_preset=wikitext`
 sets both for WikiText (` = Title = ` starts an article, ` = = Section = = ` dropped).
 
 Sentences are split by sentencex (Wikimedia; rule-based, ~300 languages, Chinese
@@ -32,7 +32,7 @@ characters. Folders stand for every file beneath them.
 
 Example:
   python -m data_prep.prepare_corpus --input_file=wiki.train.tokens \\
-      --output_file=corpus.txt --preset=wikitext
+      --output_file=corpus.txt --corpus_preset=wikitext
   python -m data_prep.prepare_corpus --input_file=text/ --output_file=corpus.txt \\
       --input_format=wikiextractor
   python -m data_prep.prepare_corpus --input_file=book_review_cls.tsv --language=zh \\
@@ -47,11 +47,12 @@ import html
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from absl import app, flags
+from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
+from bert_tf.flags import Flag, flag_values, require, run_main
 from data_prep.corpus import expand_input_patterns
 
 PRESETS = {
@@ -320,106 +321,70 @@ def summary(counts: CorpusCounts, source: InputFormat, output_file: str) -> str:
     )
 
 
-FLAGS = flags.FLAGS
+FLAGS = flag_values(
+    "input_file", "output_file",
+    own={
+        "language": Flag(str, "en", "Language of the text for sentence splitting (ISO 639-1: en, zh, de...)."),
+        "documents": Flag(("blank_lines", "header"), "blank_lines", "How documents are delimited: by blank lines, "
+                          "or by lines matching --header_regex."),
+        "header_regex": Flag(str, None, "With --documents=header: a line matching it starts a new document (and is "
+                             "dropped)."),
+        "drop_regex": Flag(str, None, "Lines matching it are dropped (e.g. section headings)."),
+        # Not the model's --preset of the other commands: a corpus's settings.
+        "corpus_preset": Flag(tuple(PRESETS), None, "Settings for a known corpus; wikitext: documents from "
+                              "' = Title = ' lines, section headings dropped.", aliases=("preset",)),
+        "input_format": Flag(tuple(INPUT_FORMATS), "text", "text: plain text (see --documents); wikiextractor: "
+                             "WikiExtractor's <doc> ... </doc> articles (title lines dropped); tsv / csv: labelled "
+                             "text, one document a record, its text in --text_column."),
+        "text_column": Flag(int, None, "With --input_format=tsv or csv (required there): the 0-based column holding "
+                            "the text; the other columns (labels) are dropped."),
+        "skip_header": Flag(bool, False, "With --input_format=tsv or csv: each file's first record is a header."),
+        "min_sentences": Flag(int, None, "Documents of fewer sentences are dropped (and counted). Default: 2 with "
+                              "--input_format=wikiextractor (stub articles), else 1."),
+    },
+)  # fmt: skip
 
 
-def define_flags() -> None:
-    """The command-line flags, defined only when run as a script: importing this module
-    as a library must not claim flag names (absl's registry is global) that another
-    module, e.g. create_pretraining_data.py, also defines."""
-    flags.DEFINE_string("input_file", None, "Raw text files: comma-separated glob patterns.")
-    flags.DEFINE_string("output_file", None, "The corpus to write: one sentence a line, blank lines between documents.")
-    flags.DEFINE_string("language", "en", "Language of the text for sentence splitting (ISO 639-1: en, zh, de...).")
-    flags.DEFINE_enum(
-        "documents",
-        "blank_lines",
-        ["blank_lines", "header"],
-        "How documents are delimited: by blank lines, or by lines matching --header_regex.",
-    )
-    flags.DEFINE_string(
-        "header_regex", None, "With --documents=header: a line matching it starts a new document (and is dropped)."
-    )
-    flags.DEFINE_string("drop_regex", None, "Lines matching it are dropped (e.g. section headings).")
-    flags.DEFINE_enum(
-        "preset",
-        None,
-        list(PRESETS),
-        "Settings for a known corpus; wikitext: documents from ' = Title = ' lines, section headings dropped.",
-    )
-    # --- Input formats (issue 16): one block, for the shared flags layer. ---
-    flags.DEFINE_enum(
-        "input_format",
-        "text",
-        INPUT_FORMATS,
-        "text: plain text (see --documents); wikiextractor: WikiExtractor's <doc> ... </doc> articles "
-        "(title lines dropped); tsv / csv: labelled text, one document a record, its text in --text_column.",
-    )
-    flags.DEFINE_integer(
-        "text_column",
-        None,
-        "With --input_format=tsv or csv (required there): the 0-based column holding the text; the other "
-        "columns (labels) are dropped.",
-        lower_bound=0,
-    )
-    flags.DEFINE_boolean("skip_header", False, "With --input_format=tsv or csv: each file's first record is a header.")
-    flags.DEFINE_integer(
-        "min_sentences",
-        None,
-        "Documents of fewer sentences are dropped (and counted). Default: 2 with --input_format=wikiextractor "
-        "(stub articles), else 1.",
-        lower_bound=1,
-    )
+def main(argv: Sequence[str] | None = None) -> int:
+    """bert-prepare-corpus (`argv` without the program name): exit status 0, or 1 after one
+    `error: ...` line on stderr."""
+    return run_main(FLAGS, argv, __doc__, _prepare)
 
 
-def input_format() -> InputFormat:
+def input_format(values: FlagValues) -> InputFormat:
     """The input format the flags describe; raises `BertTfError` for flags that do not fit it."""
-    name = FLAGS.input_format
-    text_only = [flag for flag in ("preset", "header_regex", "drop_regex") if FLAGS[flag].present]
-    if FLAGS["documents"].present:
-        text_only.append("documents")
+    name = values.input_format
+    text_only = [flag for flag in ("corpus_preset", "header_regex", "drop_regex", "documents") if values[flag].present]
     if name != "text" and text_only:
         raise BertTfError(f"--{text_only[0]} applies to --input_format=text only, not --input_format={name}.")
-    if name not in ("tsv", "csv") and (FLAGS["text_column"].present or FLAGS.skip_header):
+    if name not in ("tsv", "csv") and (values["text_column"].present or values.skip_header):
         raise BertTfError(f"--text_column and --skip_header apply to --input_format=tsv or csv, not {name}.")
+    for flag, least in (("text_column", 0), ("min_sentences", 1)):
+        if values[flag].value is not None and values[flag].value < least:
+            raise BertTfError(f"--{flag} must be at least {least}, got {values[flag].value}.")
     source = InputFormat(
         name,
-        FLAGS.documents,
-        FLAGS.header_regex,
-        FLAGS.drop_regex,
-        FLAGS.text_column,
-        FLAGS.skip_header,
-        FLAGS.min_sentences,
+        values.documents,
+        values.header_regex,
+        values.drop_regex,
+        values.text_column,
+        values.skip_header,
+        values.min_sentences,
     )
-    if FLAGS.preset:
-        source = dataclasses.replace(source, **PRESETS[FLAGS.preset])
+    if values.corpus_preset:
+        source = dataclasses.replace(source, **PRESETS[values.corpus_preset])
     return source
 
 
-def _run(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    try:
-        source = input_format()
-        counts = prepare(
-            expand_input_patterns(FLAGS.input_file), FLAGS.output_file, sentence_splitter(FLAGS.language), source
-        )
-    except BertTfError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
+def _prepare(values: FlagValues) -> None:
+    require(values, "input_file", "output_file")
+    source = input_format(values)
+    counts = prepare(
+        expand_input_patterns(values.input_file), values.output_file, sentence_splitter(values.language), source
+    )
     if not counts.documents:
         print("warning: no text found; the output file is empty.", file=sys.stderr)
-    print(summary(counts, source, FLAGS.output_file), file=sys.stderr)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The `bert-prepare-corpus` command: parses `argv` (default `sys.argv`) as flags and runs.
-
-    absl's `app.run` handles --help and usage errors and ends the process with the exit
-    status (1 after an `error:` line), so the status is never returned to the caller.
-    """
-    define_flags()
-    flags.mark_flags_as_required(["input_file", "output_file"])
-    app.run(_run, argv)
+    print(summary(counts, source, values.output_file), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,30 @@
-"""The command line shared by `run_classifier.py` and `run_ner.py` (and any later task family).
+"""The commands of fine-tuning: `run_classifier.py`, `run_ner.py` and `run_squad.py`
+(`classifier_main`, `ner_main`, `squad_main`), and the library entry `run`.
 
-The original flags keep their names and defaults (`--task_name` is accepted for
-`--task`; booleans take `--flag`, `--flag=true|false` and absl's `--noflag`), plus:
-`--distribution_strategy`, `--mixed_precision`, `--padding`, `--preset`, `--hidden_act`,
-`--evaluate_during_training`, `--use_best_checkpoint`, `--max_train_examples`, and the
-task-specific ones (`--xnli_language`, the `tsv` column flags, NER's `--label_scheme`
-and `--document_context`).
+The flags are the original's (`bert_tf.flags`: absl, so `--nodo_train` and `--flagfile`
+work), plus the fields of the family's task configs (`fine_tune.config`); the commands
+only map flags onto a `TaskConfig` and a `RunConfig` and call `run(task_config,
+run_config)`, which a program can call directly:
+
+    from fine_tune.cli import run
+    from fine_tune.glue import GlueConfig
+    from fine_tune.config import RunConfig
+    run(GlueConfig("mrpc", "glue_data/MRPC"), RunConfig("out", init_checkpoint="bert", do_train=True))
 
 A run writes to `--output_dir`: `checkpoints/` (resumable), `model.weights.h5`,
-`best/` (best dev score), `bert_config.json`, `vocab.txt` and `fine_tune.json` (so that
-`--do_predict` alone needs nothing else), `logs/` (TensorBoard), `eval_results.txt`
-and the task's prediction files.
+`best/` (best dev score), `bert_config.json`, `vocab.txt` and `fine_tune.json` (the
+typed configs: `--do_predict` alone needs nothing else, and
+`fine_tune.registry.task_from_run_dir` rebuilds the task), `logs/` (TensorBoard),
+`eval_results.txt` and the task's prediction files.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import functools
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -29,153 +33,125 @@ from typing import Any
 import keras
 import numpy as np
 import tensorflow as tf
+from absl.flags import FlagValues
 
 from bert_tf import checkpoints
 from bert_tf.config import BertConfig
 from bert_tf.encoder import BertEncoder
 from bert_tf.errors import BertTfError
-from bert_tf.optimization import LR_DECAYS
+from bert_tf.flags import SHARED, Flag, flag_values, parse, run_main, set_default
 from bert_tf.tokenization import FullTokenizer
-from bert_tf.training.distribution import STRATEGIES, create_strategy, is_chief
+from bert_tf.training.distribution import create_strategy, is_chief
 from bert_tf.training.runloop import dtype_policy, write_results, write_scalars
 from fine_tune import batching, registry
+from fine_tune.config import RunConfig, TaskConfig, config_flags, from_flags
+from fine_tune.registry import RUN_FILE
 from fine_tune.task import EvalSet, Features, Task
 from fine_tune.trainer import BEST_DIR, FineTuningTrainer, TrainingConfig, fine_tuned_weights, save_weights
 
-RUN_FILE = "fine_tune.json"
 CONFIG_FILE = "bert_config.json"
 VOCAB_FILE = "vocab.txt"
 
 
 # === Flags ===
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("true", "1", "yes", "t", "y"):
-        return True
-    if value in ("false", "0", "no", "f", "n"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def add_bool(parser: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
-    """`--name`, `--name=true|false` and `--noname`, as absl's boolean flags."""
-    parser.add_argument(f"--{name}", type=_bool, nargs="?", const=True, default=default, help=help)
-    parser.add_argument(f"--no{name}", dest=name, action="store_false", help=argparse.SUPPRESS)
-
-
-def build_parser(family: str, description: str) -> argparse.ArgumentParser:
-    tasks = "; ".join(f"{e.name}: {e.description}" for e in registry.entries(family))
-    parser = argparse.ArgumentParser(description=description)
-    add = parser.add_argument
-    add("--task", "--task_name", dest="task", help=f"The task. {tasks}.")
-    add("--data_dir", help="The folder of the task's files.")
-    add("--output_dir", help="Where checkpoints, the fine-tuned model, results and predictions go.")
-    add("--init_checkpoint", help="Pre-trained weights: a Google TF1 checkpoint, a HuggingFace folder or ours.")
-    add("--bert_config_file", help="bert_config.json; default: the one beside --init_checkpoint.")
-    add("--preset", help="A config by name (tiny ... large) when there is neither checkpoint nor config file.")
-    add("--vocab_file", help="vocab.txt; default: the one beside --init_checkpoint (or in --output_dir).")
-    add("--hidden_act", help="Override the config's activation: gelu (tanh form, original) or gelu_exact (HF).")
-    add_bool(parser, "do_lower_case", True, "Lower-case the input (uncased models).")
-    add("--max_seq_length", type=int, default=128, help="Longest input in WordPieces; longer ones are truncated.")
-    add_bool(parser, "do_train", False, "Fine-tune on the train set.")
-    add_bool(parser, "do_eval", False, "Score the dev set (and keep the best checkpoint while training).")
-    add_bool(parser, "do_predict", False, "Predict the test set and write the prediction files.")
-    add("--train_batch_size", type=int, default=32)
-    add("--eval_batch_size", type=int, default=8)
-    add("--predict_batch_size", type=int, default=8)
-    add("--learning_rate", type=float, default=5e-5)
-    add("--num_train_epochs", type=float, default=3.0)
-    add("--warmup_proportion", type=float, default=0.1, help="Fraction of the steps with linear warm-up.")
-    add(
-        "--lr_decay",
-        default="original",
-        choices=LR_DECAYS,
-        help="original: linear decay counted from step 0, as the original and Model Garden (0.9x the peak when a "
-        "10%% warm-up ends); from_peak: from the peak at the end of warm-up to 0, as HF's "
-        "get_linear_schedule_with_warmup.",
-    )
-    add("--optimizer", default="adamw", help="adamw (the original AdamWeightDecay) or lamb.")
-    add_bool(parser, "adam_bias_correction", False, "adamw with Adam's bias correction (as HF/torch AdamW; the original has none).")
-    add("--weight_decay_rate", type=float, default=0.01, help="Decoupled weight decay (not on LayerNorm, bias).")
-    add("--save_checkpoints_steps", type=int, default=1000)
-    add("--iterations_per_loop", type=int, default=100, help="Steps per host call; logs come once per loop.")
-    add("--keep_checkpoint_max", type=int, default=3)
-    add("--eval_steps", type=int, default=0, help="Also evaluate every N steps while training (0: per epoch).")
-    add_bool(parser, "evaluate_during_training", True, "With --do_eval, score the dev set after every epoch.")
-    add_bool(parser, "use_best_checkpoint", True, "Evaluate and predict with the best dev checkpoint.")
-    add("--max_train_examples", type=int, default=0, help="Train on the first N examples only (0: all).")
-    add("--distribution_strategy", default="one_device", help=f"One of {', '.join(STRATEGIES)}.")
-    add_bool(parser, "use_tpu", False, "The original's TPU switch: --distribution_strategy=tpu.")
-    add("--tpu_name", default=None)
-    add("--tpu_zone", default=None)
-    add("--gcp_project", default=None)
-    add("--mixed_precision", default="none", help="none, bf16 or fp16 (with dynamic loss scaling).")
-    add_bool(parser, "jit_compile", False, "Compile the training loop with XLA.")
-    add(
-        "--padding",
-        default="dynamic",
-        help=f"One of {', '.join(batching.PADDING_MODES)} (see fine_tune.batching); bucket is faster still, but its "
-        "batches of similar lengths can hurt a task whose labels go with length.",
-    )
-    add("--pad_to_multiple_of", type=int, default=8)
-    add("--seed", type=int, default=12345)
-    add("--train_file", help="Training file, relative to --data_dir (tsv and NER tasks).")
-    add("--dev_file", help="Dev file, relative to --data_dir (tsv and NER tasks).")
-    add("--test_file", help="Test file, relative to --data_dir (tsv and NER tasks).")
-    return parser
-
-
-def classifier_flags(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add("--xnli_language", default="zh", help="XNLI: the language to train and evaluate on (original: zh).")
-    add("--text_a_column", default="0", help="tsv: column (index or header name) of the first text.")
-    add("--text_b_column", default=None, help="tsv: column of the second text, if any.")
-    add("--label_column", default="1", help="tsv: column of the label.")
-    add("--guid_column", default=None, help="tsv: column of the example id written with predictions.")
-    add_bool(parser, "has_header", True, "tsv: the files start with a header row.")
-    add("--labels", default=None, help="tsv: the labels, comma-separated (default: those of the train file).")
-    add_bool(parser, "regression", False, "tsv: the label is a number (a regression head, STS-B-like).")
-    parser.set_defaults(train_file="train.tsv", dev_file="dev.tsv", test_file="test.tsv")
-
-
-def ner_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--label_scheme", default="iob2", help="iob2: train on IOB2 tags; keep: as in the files.")
-    add_bool(parser, "document_context", False, "Feed each sentence with its document around it (paper, 5.3).")
-
-
-def squad_flags(parser: argparse.ArgumentParser) -> None:
-    # Imported here: fine_tune.squad.task builds on this module.
-    from fine_tune.squad.task import squad_flags as add_squad_flags
-
-    add_squad_flags(parser)
-
+# The flags of every fine-tuning command besides the shared ones and the task configs'.
+FINE_TUNING_FLAGS = {
+    "do_predict": Flag(bool, False, "Whether to run prediction on the test set and write the prediction files."),
+    "predict_batch_size": Flag(int, 8, "Total batch size for predict."),
+    "num_train_epochs": Flag(float, 3.0, "Total number of training epochs to perform."),
+    "warmup_proportion": Flag(float, 0.1, "Fraction of the training steps with a linear learning-rate warm-up."),
+    "weight_decay_rate": Flag(float, 0.01, "Decoupled weight decay (not on LayerNorm and bias)."),
+    "eval_steps": Flag(int, 0, "Also evaluate every N steps while training (0: once per epoch)."),
+    "evaluate_during_training": Flag(bool, True, "With --do_eval, score the dev set after every epoch."),
+    "use_best_checkpoint": Flag(bool, True, "Evaluate and predict with the best dev checkpoint."),
+    "max_train_examples": Flag(int, 0, "Train on the first N examples only (0: all)."),
+    "padding": Flag(batching.PADDING_MODES, "dynamic", "fixed: every batch to --max_seq_length; dynamic: each batch "
+                    "to its longest row; bucket: batches of rows of similar lengths (see fine_tune.batching)."),
+    "pad_to_multiple_of": Flag(int, 8, "Dynamic padding rounds a batch's length up to a multiple of this."),
+}
+SHARED_GROUPS = ("model", "do_lower_case", "hidden_act", "max_seq_length", "schedule", "optimisation", "runtime",
+                 "precision", "output_dir")  # fmt: skip
+# RunConfig fields set by a flag of another name.
+RUN_FLAG_NAMES = {"seed": "random_seed"}
 
 FAMILIES = {
-    "classifier": ("Fine-tunes BERT on GLUE, XNLI or your own TSV (run_classifier.py).", None, classifier_flags),
-    "ner": ("Fine-tunes BERT for named-entity recognition (run_ner.py).", "conll2003", ner_flags),
-    "squad": ("Fine-tunes BERT on SQuAD v1.1 / v2.0 (or any SQuAD-format data) (run_squad.py).", "squad", squad_flags),
+    "classifier": "Fine-tunes BERT on GLUE, XNLI or your own TSV (run_classifier.py).",
+    "ner": "Fine-tunes BERT for named-entity recognition (run_ner.py).",
+    "squad": "Fine-tunes BERT on SQuAD v1.1 / v2.0 (or any SQuAD-format data) (run_squad.py).",
+}
+# The original's defaults where a family's differ from the shared flags' (run_squad.py's 384).
+FAMILY_DEFAULTS = {
+    "ner": {"task_name": "conll2003"},
+    "squad": {"task_name": "squad", "max_seq_length": 384},
 }
 
 
-def parse_args(family: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
-    description, default_task, extra = FAMILIES[family]
-    parser = build_parser(family, description)
-    extra(parser)
-    parser.set_defaults(task=default_task)
-    args = parser.parse_args(argv)
-    args.family = family
-    if args.use_tpu:
-        args.distribution_strategy = "tpu"
-    return args
+@functools.cache
+def family_flags(family: str) -> FlagValues:
+    """The flags of a family's command (built once, parsed anew by every call)."""
+    task_flags = dict(flag for config in registry.config_classes(family) for flag in config_flags(config))
+    shared = [name for name in task_flags if name in SHARED]
+    own = {name: flag for name, flag in task_flags.items() if name not in SHARED}
+    values = flag_values(*SHARED_GROUPS, *shared, own={**FINE_TUNING_FLAGS, **own})
+    for name, default in FAMILY_DEFAULTS.get(family, {}).items():
+        set_default(values, name, default)
+    return values
+
+
+def description(family: str) -> str:
+    tasks = "\n".join(f"  {e.name}: {e.description}" for e in registry.entries(family))
+    return f"{FAMILIES[family]}\n\ntasks (--task_name):\n{tasks}"
+
+
+def configs_from_flags(family: str, values: FlagValues) -> tuple[TaskConfig, RunConfig]:
+    """The task and run configs that parsed flags describe."""
+    entry = registry.lookup(values.task_name, family)
+    task_config = from_flags(entry.config, values)
+    run = {field.name: values[RUN_FLAG_NAMES.get(field.name, field.name)].value
+           for field in dataclasses.fields(RunConfig)
+           if RUN_FLAG_NAMES.get(field.name, field.name) in values}  # fmt: skip
+    run["distribution_strategy"] = values.distribution_strategy or ("tpu" if values.use_tpu else "one_device")
+    run["tpu_name"] = values.tpu_name or values.master
+    return task_config, RunConfig(**run)
+
+
+def parse_args(family: str, argv: Sequence[str]) -> tuple[TaskConfig, RunConfig]:
+    """The configs of a family's command line (`argv` without the program name)."""
+    values = family_flags(family)
+    parse(values, argv)
+    return configs_from_flags(family, values)
+
+
+def main(family: str, argv: Sequence[str] | None = None) -> int:
+    """The command of `family`: exit status 0, or 1 after one `error: ...` line on stderr."""
+    values = family_flags(family)
+    return run_main(values, argv, description(family), lambda values: run(*configs_from_flags(family, values)))
+
+
+def classifier_main(argv: Sequence[str] | None = None) -> int:
+    """run_classifier.py / bert-classify."""
+    return main("classifier", argv)
+
+
+def ner_main(argv: Sequence[str] | None = None) -> int:
+    """run_ner.py / bert-ner."""
+    return main("ner", argv)
+
+
+def squad_main(argv: Sequence[str] | None = None) -> int:
+    """run_squad.py / bert-squad."""
+    return main("squad", argv)
 
 
 # === The run ===
 @dataclasses.dataclass
 class Run:
-    """What a run needs besides the flags: the task, tokenizer, config, labels, strategy and
-    the pre-trained weights (read once: the config comes from beside them)."""
+    """What a run needs besides its configs (`args`: the `RunConfig`): the task, tokenizer,
+    config, labels, strategy and the pre-trained weights (read once: the config comes
+    from beside them)."""
 
-    args: argparse.Namespace
+    args: RunConfig
+    task_config: TaskConfig
     task: Task
     config: BertConfig
     tokenizer: FullTokenizer
@@ -186,33 +162,26 @@ class Run:
     labels: tuple[str, ...] = ()
 
 
-def main(family: str, argv: Sequence[str] | None = None) -> int:
-    """Entry point: runs, printing a `BertTfError` as one line on stderr (exit status 1)."""
-    try:
-        run(parse_args(family, argv))
-    except BertTfError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0
+def run(task_config: TaskConfig, args: RunConfig) -> dict[str, Any]:
+    """Trains, evaluates and predicts as the configs say; returns the scores and timings.
 
-
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Trains, evaluates and predicts as the flags say; returns the scores and timings."""
-    task = registry.get_task(args.task, args.family, args)
-    _check_flags(args)
+    `fine_tune.run`: the library entry that the commands map their flags onto.
+    """
+    task = registry.build_task(task_config, args)
+    _check_flags(task_config, args)
     # First: the multi-worker and TPU strategies reconfigure the TensorFlow runtime.
     strategy = create_strategy(args.distribution_strategy, args.tpu_name, args.tpu_zone, args.gcp_project)
     if not is_chief(strategy):
         # Other workers of a multi-worker run write their (collective) checkpoints and
         # logs aside; only the chief writes to --output_dir.
-        args.output_dir = tempfile.mkdtemp(prefix="bert_tf_worker_")
+        args = dataclasses.replace(args, output_dir=tempfile.mkdtemp(prefix="bert_tf_worker_"))
     keras.utils.set_random_seed(args.seed)
     checkpoint = _pre_trained(args)
     config, vocab_file = _config_and_vocab(args, checkpoint)
     tokenizer = FullTokenizer(vocab_file, do_lower_case=args.do_lower_case)
     _check_model_fits(args, config, tokenizer, vocab_file)
-    state = Run(args, task, config, tokenizer, vocab_file, strategy, _training_config(args), checkpoint)
-    splits = {split: _read(state, split) for split in ("train", "dev", "test") if _wants(args, split)}
+    state = Run(args, task_config, task, config, tokenizer, vocab_file, strategy, args.training_config(), checkpoint)
+    splits = {split: _read(state, split) for split in ("train", "dev", "test") if args.wants(split)}
     state.labels = _labels(state, splits.get("train"))
     report: dict[str, Any] = {"task": task.name, "labels": list(state.labels)}
     with state.strategy.scope():
@@ -234,33 +203,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def _check_flags(args: argparse.Namespace) -> None:
+def _check_flags(task_config: TaskConfig, args: RunConfig) -> None:
     if not (args.do_train or args.do_eval or args.do_predict):
         raise BertTfError("At least one of --do_train, --do_eval or --do_predict must be set.")
-    for flag in ("data_dir", "output_dir"):
-        if not getattr(args, flag):
-            raise BertTfError(f"--{flag} is required.")
-    if not os.path.isdir(args.data_dir):
-        raise BertTfError(f"--data_dir {args.data_dir} is not a folder.")
+    if not args.output_dir:
+        raise BertTfError("--output_dir is required.")
+    if task_config.data_dir and not os.path.isdir(task_config.data_dir):
+        raise BertTfError(f"--data_dir {task_config.data_dir} is not a folder.")
     for flag in ("max_seq_length", "train_batch_size", "eval_batch_size", "predict_batch_size"):
         if getattr(args, flag) < 1:
             raise BertTfError(f"--{flag} must be positive, got {getattr(args, flag)}.")
     if args.max_seq_length < 3:
         raise BertTfError(f"--max_seq_length must leave room for [CLS] and [SEP], got {args.max_seq_length}.")
-
-
-def _training_config(args: argparse.Namespace) -> TrainingConfig:
-    names = {field.name for field in dataclasses.fields(TrainingConfig)}
-    dtype_policy(args.mixed_precision)  # validates the flag early
-    return TrainingConfig(**{name: getattr(args, name) for name in names})
-
-
-def _wants(args: argparse.Namespace, split: str) -> bool:
-    return {"train": args.do_train, "dev": args.do_eval, "test": args.do_predict}[split]
+    dtype_policy(args.mixed_precision)  # validates the setting early
 
 
 # === Model, config and vocabulary ===
-def _pre_trained(args: argparse.Namespace) -> checkpoints.Checkpoint | None:
+def _pre_trained(args: RunConfig) -> checkpoints.Checkpoint | None:
     """The weights of --init_checkpoint (any format) with the flags' config overrides, when training."""
     if not (args.do_train and args.init_checkpoint):
         return None
@@ -268,7 +227,7 @@ def _pre_trained(args: argparse.Namespace) -> checkpoints.Checkpoint | None:
 
 
 def _config_and_vocab(
-    args: argparse.Namespace, checkpoint: checkpoints.Checkpoint | None
+    args: RunConfig, checkpoint: checkpoints.Checkpoint | None
 ) -> tuple[BertConfig, str]:
     """The encoder config and vocab: from the fine-tuned run (eval/predict only) or the pre-trained model."""
     if not args.do_train:
@@ -291,14 +250,14 @@ def _config_and_vocab(
     return config, _vocab_file(args)
 
 
-def _config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+def _config_overrides(args: RunConfig) -> dict[str, Any]:
     overrides = BertConfig.from_json_file(args.bert_config_file).to_dict() if args.bert_config_file else {}
     if args.hidden_act:
         overrides["hidden_act"] = args.hidden_act
     return overrides
 
 
-def _vocab_file(args: argparse.Namespace) -> str:
+def _vocab_file(args: RunConfig) -> str:
     if args.vocab_file:
         return args.vocab_file
     if args.init_checkpoint:
@@ -309,7 +268,7 @@ def _vocab_file(args: argparse.Namespace) -> str:
     raise BertTfError("--vocab_file is required (no vocab.txt beside --init_checkpoint).")
 
 
-def _check_model_fits(args: argparse.Namespace, config: BertConfig, tokenizer: FullTokenizer, vocab: str) -> None:
+def _check_model_fits(args: RunConfig, config: BertConfig, tokenizer: FullTokenizer, vocab: str) -> None:
     if args.max_seq_length > config.max_position_embeddings:
         raise BertTfError(
             f"--max_seq_length {args.max_seq_length} is above the model's max_position_embeddings "
@@ -338,7 +297,7 @@ def _load_fine_tuned(state: Run, model: keras.Model) -> None:
 
 # === Data ===
 def _read(state: Run, split: str) -> list[EvalSet]:
-    sets = state.task.reader.read(state.args.data_dir, split)
+    sets = state.task.reader.read(state.task_config.data_dir or "", split)
     if split == "train" and state.args.max_train_examples:
         sets[0].examples = sets[0].examples[: state.args.max_train_examples]
     return sets
@@ -347,13 +306,8 @@ def _read(state: Run, split: str) -> list[EvalSet]:
 def _labels(state: Run, train: list[EvalSet] | None) -> tuple[str, ...]:
     """The task's labels: fixed by the task, saved by the training run, or read from the train set."""
     fixed = state.task.reader.labels
-    saved_path = os.path.join(state.args.output_dir, RUN_FILE)
     if train is None:
-        if not os.path.isfile(saved_path):
-            raise BertTfError(
-                f"No fine-tuned model in {state.args.output_dir} ({RUN_FILE} is missing); run --do_train first."
-            )
-        saved = tuple(_read_json(saved_path)["labels"])
+        saved = tuple(registry.read_run_record(state.args.output_dir)["labels"])
         if fixed is not None and tuple(fixed) != saved:
             raise BertTfError(
                 f"The model in {state.args.output_dir} predicts the labels {', '.join(saved) or '(a score)'}, "
@@ -368,6 +322,14 @@ def _read_json(path: str) -> dict[str, Any]:
         return json.load(handle)
 
 
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    """Writes `path` under a temporary name, renamed when complete."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)
+    os.replace(temporary, path)
+
+
 def _featurise(state: Run, eval_set: EvalSet) -> Features:
     return state.task.featuriser(eval_set.examples, state.tokenizer, state.args.max_seq_length, state.labels)
 
@@ -380,10 +342,8 @@ def _save_run(state: Run) -> None:
     state.config.to_json_file(os.path.join(output_dir, CONFIG_FILE))
     if os.path.abspath(state.vocab_file) != os.path.abspath(os.path.join(output_dir, VOCAB_FILE)):
         shutil.copyfile(state.vocab_file, os.path.join(output_dir, VOCAB_FILE))
-    run = {"task": state.task.name, "labels": list(state.labels), "do_lower_case": state.args.do_lower_case,
-           "max_seq_length": state.args.max_seq_length}
-    with open(os.path.join(output_dir, RUN_FILE), "w", encoding="utf-8") as handle:
-        json.dump(run, handle, indent=2)
+    record = registry.run_record(state.task_config, state.args, state.labels)
+    _write_json(os.path.join(output_dir, RUN_FILE), record)
 
 
 def _train(

@@ -21,12 +21,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from fine_tune.heads import token_classification_loss
+from bert_tf.errors import DataError
+from fine_tune.config import RunConfig
 from fine_tune.metrics import chunks
 from fine_tune.registry import register
-from fine_tune.tagging import ConllReader, EntityMetrics, TaggingFeaturiser, TaggingHead
+from fine_tune.tagging import ConllConfig, ConllReader, tagging_task
 from fine_tune.task import EvalSet, Task, output_path
-from fine_tune.tsv import DataError
 
 Span = tuple[str, str, int, int]  # (type, entity text, start, end inclusive)
 
@@ -64,7 +64,7 @@ def spans_of(label: dict, text: str, source: str) -> list[Span]:
     >>> spans_of({"name": {"叶老": [[9, 11]]}}, "浙商银行企业信贷部叶老桂博士", "train.json line 1")
     Traceback (most recent call last):
     ...
-    fine_tune.tsv.DataError: train.json line 1: the name span [9, 11] covers '叶老桂', not its entity '叶老'.
+    bert_tf.errors.DataError: train.json line 1: the name span [9, 11] covers '叶老桂', not its entity '叶老'.
     """
     if not isinstance(label, dict):
         raise DataError(f'{source}: "label" must be an object {{type: {{entity: [[start, end], ...]}}}}.')
@@ -192,20 +192,15 @@ class ClueNerWriter:
 
 @register(
     "cluener",
-    "ner",
     "CLUENER2020 fine-grained Chinese NER (10 types), JSON lines: train.json, dev.json, test.json",
+    ConllConfig,
     aliases=("cluener2020",),
 )
-def cluener(args: Any) -> Task:
+def cluener(config: ConllConfig, run: RunConfig) -> Task:
     files = {"train": "train.json", "dev": "dev.json", "test": "test.json"}
-    files = {split: getattr(args, f"{split}_file", None) or default for split, default in files.items()}
-    return Task(
-        name="cluener",
-        reader=ClueNerReader(files),
-        featuriser=TaggingFeaturiser(args.document_context),
-        head=TaggingHead(),
-        loss=token_classification_loss,
-        metrics=EntityMetrics(),
-        writer=ClueNerWriter(),
-        description="CLUENER2020 Chinese NER",
-    )
+    return tagging_task("cluener", files, config, run, "CLUENER2020 Chinese NER", cluener_format)
+
+
+def cluener_format(files: dict[str, str], config: ConllConfig) -> tuple[ClueNerReader, ClueNerWriter]:
+    """CLUENER's JSON lines, always read as IOB2 character tags (`--label_scheme` has no say)."""
+    return ClueNerReader(files), ClueNerWriter()

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bert_tf.errors import DataError
 from bert_tf.tokenization import FullTokenizer
 from fine_tune.task import Features
-from fine_tune.tsv import DataError
 
 
 @dataclasses.dataclass(frozen=True)

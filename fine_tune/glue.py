@@ -26,11 +26,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from bert_tf.errors import DataError
+from bert_tf.flags import Flag
 from fine_tune import metrics as metric_functions
+from fine_tune.config import RunConfig, TaskConfig, check_data_dir, own, shared
 from fine_tune.features import PairExample, PairFeaturiser
 from fine_tune.heads import (
     ClassificationHead,
@@ -41,7 +44,7 @@ from fine_tune.heads import (
 )
 from fine_tune.registry import register
 from fine_tune.task import EvalSet, Task, output_path
-from fine_tune.tsv import DataError, read_tsv
+from fine_tune.tsv import read_tsv
 
 Column = int | str  # an index, or a header name
 
@@ -293,7 +296,39 @@ GLUE = {
 ALIASES = {"sst-2": ("sst2", "sst"), "sts-b": ("stsb", "sts"), "ax": ("diagnostic",)}
 
 
-def _glue_factory(name: str) -> Callable[[Any], Task]:
+# === Configs ===
+@dataclasses.dataclass
+class GlueConfig(TaskConfig):
+    """A GLUE task: its files are those of `data_dir` (the GLUE download's layout)."""
+
+    family: ClassVar[str] = "classifier"
+
+
+@dataclasses.dataclass
+class XnliConfig(GlueConfig):
+    """XNLI: MNLI's training data in one language, XNLI's dev and test sets in that language."""
+
+    xnli_language: str = own(Flag(str, "zh", "XNLI: the language to train and evaluate on (original: zh)."))
+
+
+@dataclasses.dataclass
+class TsvConfig(GlueConfig):
+    """Your own TSV files: which columns hold what; file names relative to `data_dir` if given."""
+
+    text_a_column: str = own(Flag(str, "0", "tsv: column (index or header name) of the first text."))
+    text_b_column: str | None = own(Flag(str, None, "tsv: column of the second text, if any."))
+    label_column: str = own(Flag(str, "1", "tsv: column of the label."))
+    guid_column: str | None = own(Flag(str, None, "tsv: column of the example id written with predictions."))
+    has_header: bool = own(Flag(bool, True, "tsv: the files start with a header row."))
+    labels: str | None = own(Flag(str, None, "tsv: the labels, comma-separated (default: those of the train file)."))
+    regression: bool = own(Flag(bool, False, "tsv: the label is a number (a regression head, STS-B-like)."))
+    train_file: str | None = shared("train_file")
+    dev_file: str | None = shared("dev_file")
+    test_file: str | None = shared("test_file")
+
+
+# === Factories ===
+def _glue_factory(name: str) -> Callable[[GlueConfig, RunConfig], Task]:
     layouts, labels, metric_names, description = GLUE[name]
     hint = (
         "; AX is only predicted, with a model fine-tuned on MNLI: run --task=ax --do_predict "
@@ -302,7 +337,8 @@ def _glue_factory(name: str) -> Callable[[Any], Task]:
         else ""
     )
 
-    def factory(args: Any) -> Task:
+    def factory(config: GlueConfig, run: RunConfig) -> Task:
+        check_data_dir(config, run)
         # Regression tasks have no labels: `()`, unlike None ("take them from the data").
         reader = TsvReader(layouts, labels if labels is not None else (), missing_split_hint=hint)
         return sentence_task(name, reader, metric_names, description, regression=labels is None)
@@ -311,17 +347,18 @@ def _glue_factory(name: str) -> Callable[[Any], Task]:
 
 
 for _name in GLUE:
-    register(_name, "classifier", GLUE[_name][3], ALIASES.get(_name, ()))(_glue_factory(_name))
+    register(_name, GLUE[_name][3], GlueConfig, ALIASES.get(_name, ()))(_glue_factory(_name))
 
 
 XNLI_LANGUAGES = ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")
 
 
-@register("xnli", "classifier", "XNLI: MNLI in 15 languages (--xnli_language, 'zh' as the original)")
-def xnli(args: Any) -> Task:
-    language = args.xnli_language
+@register("xnli", "XNLI: MNLI in 15 languages (--xnli_language, 'zh' as the original)", XnliConfig)
+def xnli(config: XnliConfig, run: RunConfig) -> Task:
+    language = config.xnli_language
     if language not in XNLI_LANGUAGES:
         raise DataError(f"Unknown XNLI language {language!r}; use one of {', '.join(XNLI_LANGUAGES)}.")
+    check_data_dir(config, run)
     keep = (0, language)
     layouts = {
         "train": (Layout("multinli/multinli.train.{language}.tsv", True, 0, 1, 2,
@@ -333,22 +370,27 @@ def xnli(args: Any) -> Task:
     return sentence_task("xnli", reader, ("accuracy",), f"XNLI ({language})")
 
 
-@register("tsv", "classifier", "your own TSV files: --text_a_column --text_b_column --label_column ...")
-def tsv(args: Any) -> Task:
+TSV_FILES = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
+
+
+@register("tsv", "your own TSV files: --text_a_column --text_b_column --label_column ...", TsvConfig)
+def tsv(config: TsvConfig, run: RunConfig) -> Task:
     """Any TSV files: columns by index or header name, labels from --labels or the training file."""
+    given = {"train": config.train_file, "dev": config.dev_file, "test": config.test_file}
+    check_data_dir(config, run, given)
     columns = dict(
-        header=args.has_header,
-        text_a=_column(args.text_a_column),
-        text_b=_column(args.text_b_column) if args.text_b_column not in (None, "") else None,
-        label=_column(args.label_column),
-        guid=_column(args.guid_column) if args.guid_column not in (None, "") else None,
+        header=config.has_header,
+        text_a=_column(config.text_a_column),
+        text_b=_column(config.text_b_column) if config.text_b_column not in (None, "") else None,
+        label=_column(config.label_column),
+        guid=_column(config.guid_column) if config.guid_column not in (None, "") else None,
     )
-    files = {"train": args.train_file, "dev": args.dev_file, "test": args.test_file}
+    files = {split: given[split] or default for split, default in TSV_FILES.items()}
     layouts = {split: (Layout(file, optional_label=split == "test", **columns),) for split, file in files.items()}
-    labels = tuple(args.labels.split(",")) if args.labels else None
-    metric_names = ("spearman", "pearson") if args.regression else ("accuracy",)
-    reader = TsvReader(layouts, () if args.regression else labels)
-    return sentence_task("tsv", reader, metric_names, "your own TSV files", regression=args.regression)
+    labels = tuple(config.labels.split(",")) if config.labels else None
+    metric_names = ("spearman", "pearson") if config.regression else ("accuracy",)
+    reader = TsvReader(layouts, () if config.regression else labels)
+    return sentence_task("tsv", reader, metric_names, "your own TSV files", regression=config.regression)
 
 
 def _column(value: str) -> Column:

@@ -1,13 +1,16 @@
-"""Tasks by name: `register` a factory, `get_task` builds it from the parsed flags.
+"""Tasks by name: `register` a factory with its config class, `build_task` builds it.
 
 Each entry point serves one family ("classifier" for run_classifier.py, "ner" for
-run_ner.py, "squad" for a span task); a name is looked up case-insensitively, with
-aliases (e.g. "sst2" for "sst-2").
+run_ner.py, "squad" for run_squad.py); a name is looked up case-insensitively, with
+aliases (e.g. "sst2" for "sst-2"). A factory takes the task's typed config (a
+`fine_tune.config.TaskConfig`) and the `RunConfig`; a run directory records both
+(`fine_tune.json`), so `task_from_run_dir` rebuilds the task without any command line.
 
 Example:
->>> get_task("MRPC", "classifier", None).name
+>>> from fine_tune.glue import GlueConfig
+>>> build_task(GlueConfig("MRPC", "glue_data/MRPC")).name
 'mrpc'
->>> get_task("nope", "classifier", None)  # doctest: +ELLIPSIS
+>>> lookup("nope", "classifier")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
 bert_tf.errors.BertTfError: Unknown --task 'nope'; valid tasks: ax, cola, mnli, mrpc, qnli, ..., xnli.
@@ -17,13 +20,17 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
+import os
 from collections.abc import Callable
 from typing import Any
 
 from bert_tf.errors import BertTfError
+from fine_tune.config import RunConfig, TaskConfig, from_dict
 
 # The modules whose import registers the built-in tasks.
 BUILTIN_TASK_MODULES = ("fine_tune.glue", "fine_tune.tagging", "fine_tune.cluener", "fine_tune.squad.task")
+RUN_FILE = "fine_tune.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,18 +38,20 @@ class Entry:
     name: str
     family: str
     description: str
-    factory: Callable[[Any], Any]
+    config: type[TaskConfig]
+    factory: Callable[[Any, RunConfig], Any]
 
 
 _ENTRIES: dict[str, Entry] = {}
 _ALIASES: dict[str, str] = {}
 
 
-def register(name: str, family: str, description: str, aliases: tuple[str, ...] = ()) -> Callable:
-    """Decorator: registers `factory(args) -> Task` under `name` (and `aliases`)."""
+def register(name: str, description: str, config: type[TaskConfig], aliases: tuple[str, ...] = ()) -> Callable:
+    """Decorator: registers `factory(config, run) -> Task` under `name` (and `aliases`),
+    in the family of its config class."""
 
-    def decorate(factory: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        _ENTRIES[name] = Entry(name, family, description, factory)
+    def decorate(factory: Callable[[Any, RunConfig], Any]) -> Callable[[Any, RunConfig], Any]:
+        _ENTRIES[name] = Entry(name, config.family, description, config, factory)
         for alias in (name, *aliases):
             _ALIASES[alias.lower()] = name
         return factory
@@ -61,10 +70,61 @@ def entries(family: str) -> list[Entry]:
     return sorted((e for e in _ENTRIES.values() if e.family == family), key=lambda e: e.name)
 
 
-def get_task(name: str | None, family: str, args: Any) -> Any:
-    """The task `name` of `family`, built from the flags `args`; a `BertTfError` lists the valid names."""
+def config_classes(family: str) -> list[type[TaskConfig]]:
+    """The config classes of a family's tasks, each once (their fields are the family's task flags)."""
+    return list(dict.fromkeys(entry.config for entry in entries(family)))
+
+
+def lookup(name: str | None, family: str) -> Entry:
+    """The entry of task `name` in `family`; a `BertTfError` lists the valid names."""
     valid = entries(family)
     entry = _ENTRIES.get(_ALIASES.get((name or "").lower(), ""))
     if entry is None or entry.family != family:
         raise BertTfError(f"Unknown --task {name!r}; valid tasks: {', '.join(e.name for e in valid)}.")
-    return entry.factory(args)
+    return entry
+
+
+def build_task(config: TaskConfig, run: RunConfig | None = None) -> Any:
+    """The `Task` that `config` describes (`run`: the run it serves; default: a bare one)."""
+    entry = lookup(config.task, config.family)
+    if not isinstance(config, entry.config):
+        raise BertTfError(f"--task={entry.name} takes a {entry.config.__name__}, not a {type(config).__name__}.")
+    return entry.factory(config, run or RunConfig(output_dir=""))
+
+
+# === Run directories ===
+def run_record(config: TaskConfig, run: RunConfig, labels: tuple[str, ...]) -> dict[str, Any]:
+    """What `fine_tune.json` holds: the task and run configs, and the labels learnt."""
+    return {
+        "family": config.family,
+        "task": lookup(config.task, config.family).name,
+        "labels": list(labels),
+        "do_lower_case": run.do_lower_case,
+        "max_seq_length": run.max_seq_length,
+        "task_config": dataclasses.asdict(config),
+        "training": dataclasses.asdict(run),
+    }
+
+
+def read_run_record(output_dir: str) -> dict[str, Any]:
+    path = os.path.join(output_dir, RUN_FILE)
+    if not os.path.isfile(path):
+        raise BertTfError(f"No fine-tuned model in {output_dir} ({RUN_FILE} is missing); run --do_train first.")
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def task_from_run_dir(output_dir: str) -> tuple[Any, TaskConfig, RunConfig, dict[str, Any]]:
+    """(task, its config, the run's config, the whole `fine_tune.json`) of a fine-tuning run.
+
+    The run config is as trained, except for `output_dir` (the folder given) and the
+    phases (all off: the caller says what to run).
+    """
+    record = read_run_record(output_dir)
+    if "task_config" not in record:
+        raise BertTfError(f"{os.path.join(output_dir, RUN_FILE)} predates typed configs; run --do_train again.")
+    entry = lookup(record["task"], record["family"])
+    config = from_dict(entry.config, record["task_config"])
+    run = from_dict(RunConfig, {**record["training"], "output_dir": output_dir, "do_train": False,
+                                "do_eval": False, "do_predict": False})  # fmt: skip
+    return entry.factory(config, run), config, run, record

@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import numpy as np
 
+from bert_tf.errors import DataError
+from bert_tf.flags import Flag
 from bert_tf.tokenization import FullTokenizer
 from fine_tune import metrics as metric_functions
+from fine_tune.config import RunConfig, TaskConfig, check_data_dir, own, shared
 from fine_tune.features import label_index, unknown_label
 from fine_tune.heads import TokenClassificationHead, token_classification_loss
 from fine_tune.registry import register
-from fine_tune.task import EvalSet, Features, Task, output_path
-from fine_tune.tsv import DataError
+from fine_tune.task import EvalSet, Features, PredictionWriter, Reader, Task, output_path
 
 DOCSTART = "-DOCSTART-"
 LABEL_SCHEMES = ("iob2", "keep")
@@ -356,40 +358,71 @@ class ConllWriter:
         return [path]
 
 
-def tagging_task(name: str, files: dict[str, str], args: Any, description: str) -> Task:
-    """A NER task over CoNLL-style `files`; `--train_file` etc. override them."""
-    files = {split: getattr(args, f"{split}_file", None) or default for split, default in files.items()}
-    reader = ConllReader(files, args.label_scheme)
+@dataclasses.dataclass
+class ConllConfig(TaskConfig):
+    """A NER task over CoNLL-style files: the file flags name them (relative to
+    `data_dir` if given), else the task's own names in `data_dir`."""
+
+    family: ClassVar[str] = "ner"
+    train_file: str | None = shared("train_file")
+    dev_file: str | None = shared("dev_file")
+    test_file: str | None = shared("test_file")
+    label_scheme: str = own(Flag(LABEL_SCHEMES, "iob2", "iob2: train on IOB2 tags; keep: as in the files."))
+    document_context: bool = own(Flag(bool, False, "Feed each sentence with its document around it (paper, 5.3)."))
+
+
+def tagging_task(
+    name: str,
+    files: dict[str, str],
+    config: ConllConfig,
+    run: RunConfig,
+    description: str,
+    file_format: Callable[[dict[str, str], ConllConfig], tuple[Reader, PredictionWriter]] | None = None,
+) -> Task:
+    """A NER task over the task's own `files`; `--train_file` etc. override them.
+
+    `file_format(files, config)` gives the reader and prediction writer of the files
+    (default: CoNLL columns, written back in the files' own tag scheme)."""
+    given = {"train": config.train_file, "dev": config.dev_file, "test": config.test_file}
+    check_data_dir(config, run, given)
+    reader, writer = (file_format or conll_format)(
+        {split: given[split] or default for split, default in files.items()}, config
+    )
     return Task(
         name=name,
         reader=reader,
-        featuriser=TaggingFeaturiser(args.document_context),
+        featuriser=TaggingFeaturiser(config.document_context),
         head=TaggingHead(),
         loss=token_classification_loss,
         metrics=EntityMetrics(),
-        writer=ConllWriter(reader),
+        writer=writer,
         description=description,
     )
 
 
-@register("conll2003", "ner", "CoNLL-2003 English NER: eng.train, eng.testa (dev), eng.testb (test)")
-def conll2003(args: Any) -> Task:
+def conll_format(files: dict[str, str], config: ConllConfig) -> tuple[Reader, PredictionWriter]:
+    reader = ConllReader(files, config.label_scheme)
+    return reader, ConllWriter(reader)
+
+
+@register("conll2003", "CoNLL-2003 English NER: eng.train, eng.testa (dev), eng.testb (test)", ConllConfig)
+def conll2003(config: ConllConfig, run: RunConfig) -> Task:
     files = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"}
-    return tagging_task("conll2003", files, args, "CoNLL-2003 English NER")
+    return tagging_task("conll2003", files, config, run, "CoNLL-2003 English NER")
 
 
 @register(
     "peoples_daily",
-    "ner",
     "People's Daily Chinese NER, one character a line in BIO: example.train, example.dev, example.test",
+    ConllConfig,
     aliases=("zh_ner", "chinese_ner"),
 )
-def peoples_daily(args: Any) -> Task:
+def peoples_daily(config: ConllConfig, run: RunConfig) -> Task:
     files = {"train": "example.train", "dev": "example.dev", "test": "example.test"}
-    return tagging_task("peoples_daily", files, args, "People's Daily Chinese NER")
+    return tagging_task("peoples_daily", files, config, run, "People's Daily Chinese NER")
 
 
-@register("conll", "ner", "any CoNLL-style files: --train_file --dev_file --test_file (word first, tag last)")
-def conll(args: Any) -> Task:
+@register("conll", "any CoNLL-style files: --train_file --dev_file --test_file (word first, tag last)", ConllConfig)
+def conll(config: ConllConfig, run: RunConfig) -> Task:
     files = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
-    return tagging_task("conll", files, args, "CoNLL-style tagging")
+    return tagging_task("conll", files, config, run, "CoNLL-style tagging")

@@ -220,8 +220,8 @@ class FineTuningTrainer:
             epoch, done_in_epoch = divmod(step, steps_per_epoch)
             stop = min(total_steps, (epoch + 1) * steps_per_epoch)
             plan = self._plan(features, epoch)[done_in_epoch : done_in_epoch + stop - step]
-            train_steps = functools.partial(self._train_steps, loop, iter(self.distribute(features, plan)),
-                                            features.lengths, plan, step)  # fmt: skip
+            batches = iter(self.distribute(features, plan, endless=True))
+            train_steps = functools.partial(self._train_steps, loop, batches, features.lengths, plan, step)
             step = self._host_loop.run(step, stop, train_steps, config.eval_steps, evaluate_once)
             evaluate_once(step)
         return step
@@ -239,7 +239,7 @@ class FineTuningTrainer:
         and end logits) gives a dict per row.
         """
         plan = batching.batch_plan(features.lengths, batch_size, self.config.padding)
-        data = self.distribute(features, plan)
+        data = self.distribute(features, plan, endless=True)
         # One traced function per batch layout, reused by every evaluation of the run.
         key = tuple(sorted(data.element_spec))
         if key not in self._predict_functions:
@@ -247,8 +247,9 @@ class FineTuningTrainer:
         predict_step = self._predict_functions[key]
         rows: list[Any] = [None] * len(features)
         lengths = features.lengths
-        for batch in data:
-            outputs, indices = predict_step(batch)
+        iterator = iter(data)
+        for _ in plan:
+            outputs, indices = predict_step(next(iterator))
             local = zip(
                 self.strategy.experimental_local_results(outputs), self.strategy.experimental_local_results(indices)
             )
@@ -268,11 +269,17 @@ class FineTuningTrainer:
     def _row(self, array: np.ndarray, position: int, length: int) -> np.ndarray:
         return array[position, :length] if self.per_token else array[position]
 
-    def distribute(self, features: Features, plan: list[np.ndarray]):
-        """The padded batches of `plan`, split across the strategy's replicas."""
+    def distribute(self, features: Features, plan: list[np.ndarray], endless: bool = False):
+        """The padded batches of `plan`, split across the strategy's replicas.
+
+        `endless` repeats them, for callers that take `len(plan)` batches: the distributed
+        iterator's prefetching then never runs into the end of the data, which TensorFlow
+        logs (`OUT_OF_RANGE ... MultiDeviceIteratorGetNextFromShard`) at every epoch's end
+        and after every evaluation.
+        """
         config = self.config
         data = batching.dataset(features, plan, config.max_seq_length, config.padding, config.pad_to_multiple_of)
-        return self.strategy.experimental_distribute_dataset(data)
+        return self.strategy.experimental_distribute_dataset(data.repeat() if endless else data)
 
     # === The step function (the host loop around it: `runloop.HostLoop`) ===
     def _train_steps(self, loop, iterator, lengths: np.ndarray, plan: list[np.ndarray], plan_start: int,

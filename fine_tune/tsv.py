@@ -21,15 +21,11 @@ import dataclasses
 import os
 import sys
 
-from bert_tf.errors import BertTfError
+from bert_tf.errors import DataError
 
 # GLUE sentences are short, but QNLI/SQuAD-like paragraphs can exceed csv's default
 # 128 KiB field limit; the original raised it the same way.
 csv.field_size_limit(sys.maxsize)
-
-
-class DataError(BertTfError):
-    """A data file that cannot be read as the task expects."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ import tensorflow as tf
 from bert_tf import BertConfig, BertEncoder, BertPretrainer, BertTfError
 from bert_tf import checkpoints
 from bert_tf.checkpoints import names, safetensors_io, tf1
-from checkpoints import convert
+from bert_tf.checkpoints import convert
 
 REPO = Path(__file__).resolve().parents[1]
 # Keras' own model.save() converts TF variables in a way numpy 2 warns about; not ours.
@@ -483,7 +483,7 @@ def test_convert_cli_process_reports_one_line(tmp_path, project):
     flags = ["--input", str(tmp_path / "nothing"), "--output", str(tmp_path / "out"), "--output_format", "tf1"]
     result = project.run("-m", "checkpoints.convert", *flags, timeout=120)
     assert result.returncode == 1, result.stderr
-    assert result.stderr.strip() == f"Error: Checkpoint {tmp_path / 'nothing'} does not exist.", result.stderr
+    assert result.stderr.strip() == f"error: Checkpoint {tmp_path / 'nothing'} does not exist.", result.stderr
 
 
 # === Bad input ===

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 
 import numpy as np
 import pytest
@@ -35,13 +34,9 @@ GLUE_DIRS = {"cola": "CoLA", "mrpc": "MRPC", "qnli": "QNLI", "rte": "RTE", "sst-
              "wnli": "WNLI"}
 
 
-def classifier_args(**overrides) -> argparse.Namespace:
-    from fine_tune.cli import parse_args
-
-    args = parse_args("classifier", ["--task=mrpc"])
-    for key, value in overrides.items():
-        setattr(args, key, value)
-    return args
+def classifier_task(name: str, **config):
+    """The classifier task `name`, its config's other fields from `config`."""
+    return registry.build_task(registry.lookup(name, "classifier").config(task=name, **config))
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +53,7 @@ def cased() -> FullTokenizer:
 @pytest.mark.parametrize(("task", "split"), sorted(GLUE_COUNTS))
 def test_glue_readers_read_every_row_of_the_shared_files(task, split):
     data_dir = shared_file(f"glue/{GLUE_DIRS[task]}").as_posix()
-    reader = registry.get_task(task, "classifier", classifier_args()).reader
+    reader = classifier_task(task).reader
     (eval_set,) = reader.read(data_dir, split)
     assert len(eval_set.examples) == GLUE_COUNTS[task, split]
     first = eval_set.examples[0]
@@ -70,20 +65,19 @@ def test_glue_readers_read_every_row_of_the_shared_files(task, split):
 
 
 def test_mrpc_and_sts_b_columns_are_the_originals():
-    mrpc = registry.get_task("mrpc", "classifier", classifier_args()).reader
+    mrpc = classifier_task("mrpc").reader
     example = mrpc.read(shared_file("glue/MRPC").as_posix(), "dev")[0].examples[0]
     assert example.label == "1"
     assert example.text_a.startswith("He said the foodservice pie business")
     assert example.text_b.startswith('" The foodservice pie business')  # quotes are plain characters
-    sts = registry.get_task("sts-b", "classifier", classifier_args()).reader
+    sts = classifier_task("sts-b").reader
     example = sts.read(shared_file("glue/STS-B").as_posix(), "train")[0].examples[0]
     assert (example.text_a, example.text_b, example.label) == ("A plane is taking off.", "An air plane is taking off.",
                                                                "5.000")
 
 
 def test_tsv_task_reads_columns_by_header_name():
-    args = classifier_args(task="tsv", text_a_column="text_a", label_column="label", train_file="train.tsv")
-    task = registry.get_task("tsv", "classifier", args)
+    task = classifier_task("tsv", text_a_column="text_a", label_column="label", train_file="train.tsv")
     (train,) = task.reader.read(shared_file("zh/chnsenticorp").as_posix(), "train")
     assert len(train.examples) == 9600
     assert task.reader.labels_in(train.examples) == ("0", "1")

@@ -43,7 +43,7 @@ def _fresh_keras_session():
 def fine_tune(family: str, task: str, data_dir: pathlib.Path, output_dir: pathlib.Path, *flags: str, vocab=UNCASED):
     args = [f"--task={task}", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
             f"--vocab_file={shared_file(vocab)}", *TINY, *flags]
-    return run(parse_args(family, args))
+    return run(*parse_args(family, args))
 
 
 def write_rows(path: pathlib.Path, rows: list[list[str]]) -> None:
@@ -165,7 +165,7 @@ def test_mnli_matched_and_mismatched_then_ax(tmp_path):
                + [[str(i), a, b] for i, (a, b) in enumerate(pairs[:10])])
     keras.backend.clear_session()
     args = parse_args("classifier", ["--task=ax", f"--data_dir={diagnostic}", f"--output_dir={out}", "--do_predict"])
-    run(args)
+    run(*args)
     assert len(submission(out / "AX.tsv")) == 10
 
 
@@ -274,7 +274,7 @@ def test_init_checkpoint_in_every_format(tmp_path, checkpoint_format):
     data = tmp_path / "data"
     write_rows(data / "train.tsv", slice_of("glue/MRPC/train.tsv", 0, 16))
     out = tmp_path / "out"
-    run(parse_args("classifier", ["--task=mrpc", f"--data_dir={data}", f"--output_dir={out}",
+    run(*parse_args("classifier", ["--task=mrpc", f"--data_dir={data}", f"--output_dir={out}",
                                   f"--init_checkpoint={path}", "--do_train", "--learning_rate=0",
                                   "--train_batch_size=16", "--num_train_epochs=1", "--max_seq_length=64"]))
     tuned = ClassificationHead().build(BertEncoder(BertConfig.from_json_file(out / "bert_config.json")), 2, 0.1)

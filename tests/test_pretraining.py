@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import run_pretraining
 from bert_tf import BertConfig, BertEncoder, BertPretrainer
 from bert_tf.losses import pretraining_losses
 from bert_tf.optimization import create_optimizer
 from bert_tf.training import PretrainingTrainer, StepOptions
 from bert_tf.training.inputs import MODEL_INPUTS, BatchPlan
 from bert_tf.data.reader import pretraining_dataset
+from bert_tf.training import cli as run_pretraining
 from tests.pretraining_helpers import (
     PREDICTIONS,
     SEQ,
@@ -176,12 +176,12 @@ def test_second_phase_starts_from_the_first_phase_checkpoint(files, capsys):
     # The two-phase recipe: longer sequences, more predictions, weights of phase 1.
     root = pathlib.Path(files["root"])
     phase1 = root / "phase1"
-    assert run_pretraining.main(["x", *run_flags(files["data"], str(phase1), files["config"], num_train_steps=3)]) == 0
+    assert run_pretraining.main([*run_flags(files["data"], str(phase1), files["config"], num_train_steps=3)]) == 0
     long_data = write_records(root / "long.tfrecord", 32, seq=32, predictions=8)
     phase2 = root / "phase2"
     flags = run_flags(long_data, str(phase2), files["config"], max_seq_length=32, max_predictions_per_seq=8,
                       num_train_steps=2, init_checkpoint=phase1)  # fmt: skip
-    assert run_pretraining.main(["x", *flags]) == 0
+    assert run_pretraining.main([*flags]) == 0
     assert f"Initialised from training checkpoint {phase1}{os.sep}ckpt-3." in capsys.readouterr().out
     assert tf.train.latest_checkpoint(phase2).endswith("ckpt-2")
 
@@ -192,7 +192,7 @@ def test_dynamic_masking_with_lamb(files, tmp_path, capsys):
                       num_train_steps=3)  # fmt: skip
     fails_with(capsys, flags, "[MASK] id 103", "vocab_size 60", "--vocab_file")  # Google's ids by default
     vocab = write_vocab(tmp_path / "vocab.txt")
-    assert run_pretraining.main(["x", *flags, f"--vocab_file={vocab}"]) == 0
+    assert run_pretraining.main([*flags, f"--vocab_file={vocab}"]) == 0
     assert "step 3/3" in capsys.readouterr().out
 
 
@@ -210,7 +210,7 @@ def test_init_checkpoint_reads_google_tf1_checkpoints(files, tmp_path):
 
 # === Bad input: one sentence on stderr, exit status 1, nothing saved is lost ===
 def fails_with(capsys, flags: list[str], *fragments: str) -> str:
-    assert run_pretraining.main(["run_pretraining.py", *flags]) == 1
+    assert run_pretraining.main([*flags]) == 1
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "Traceback" not in error, error
     for fragment in fragments:
@@ -222,7 +222,7 @@ def test_missing_input_files_exit_with_one_sentence_and_no_traceback(files, tmp_
     flags = run_flags(str(tmp_path / "nothing-*.tfrecord"), str(tmp_path / "out"), files["config"])
     result = run_entry_point(flags)
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [f"Pre-training data pattern '{tmp_path}/nothing-*.tfrecord' matches no file."]
+    assert result.stderr.strip().splitlines() == [f"error: Pre-training data pattern '{tmp_path}/nothing-*.tfrecord' matches no file."]
 
 
 def test_corrupt_records(files, tmp_path, capsys):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import run_pretraining
+from bert_tf.training import cli as run_pretraining
 from tests.pretraining_helpers import run_flags, write_config, write_records
 
 STEPS = 4
@@ -30,7 +30,7 @@ def setup(tmp_path_factory) -> dict[str, str]:
     config = write_config(root / "bert_config.json", dropout=0.0)  # replicas draw their own dropout masks
     single = str(root / "single")
     flags = run_flags(data, single, config, num_train_steps=STEPS, save_checkpoints_steps=STEPS)
-    assert run_pretraining.main(["x", *flags]) == 0
+    assert run_pretraining.main([*flags]) == 0
     return {"root": str(root), "data": data, "config": config, "single": single}
 
 
@@ -87,10 +87,11 @@ MIRRORED_SCRIPT = textwrap.dedent(
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    import run_pretraining
+    from bert_tf.flags import parse
     from bert_tf.training import PretrainingRun
+    from bert_tf.training import cli as run_pretraining
 
-    run_pretraining.FLAGS(["x", *sys.argv[1:]])
+    parse(run_pretraining.FLAGS, sys.argv[1:])
     options = run_pretraining.options_from_flags(run_pretraining.FLAGS)
     run = PretrainingRun(options, tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
     run.restore()

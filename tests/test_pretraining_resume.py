@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import tensorflow as tf
 
-import run_pretraining
+from bert_tf.training import cli as run_pretraining
 from tests.pretraining_helpers import run_flags, write_config, write_records
 
 STEPS = 30
@@ -29,7 +29,7 @@ def test_resume_after_sigkill_ends_at_the_same_step_examples_and_weights(tmp_pat
     common = dict(num_train_steps=STEPS, num_warmup_steps=3, save_checkpoints_steps=3, iterations_per_loop=3)
 
     uninterrupted = str(tmp_path / "uninterrupted")
-    assert run_pretraining.main(["x", *run_flags(data, uninterrupted, config, **common)]) == 0
+    assert run_pretraining.main([*run_flags(data, uninterrupted, config, **common)]) == 0
 
     killed = str(tmp_path / "killed")
     flags = run_flags(data, killed, config, **common)
@@ -45,7 +45,7 @@ def test_resume_after_sigkill_ends_at_the_same_step_examples_and_weights(tmp_pat
     at_kill = tf.train.latest_checkpoint(killed)
     assert at_kill is not None and not at_kill.endswith(f"ckpt-{STEPS}"), at_kill
 
-    assert run_pretraining.main(["x", *flags]) == 0  # the same command, again
+    assert run_pretraining.main([*flags]) == 0  # the same command, again
     resumed, reference = final_state(killed), final_state(uninterrupted)
     assert sorted(resumed) == sorted(reference)
     assert int(resumed["global_step/.ATTRIBUTES/VARIABLE_VALUE"]) == STEPS

@@ -21,7 +21,7 @@ from fine_tune.squad import evaluate
 from fine_tune.squad.head import SpanHead, span_loss
 from fine_tune.squad.postprocess import PostprocessConfig
 from fine_tune.squad.reader import read_squad
-from fine_tune.squad.task import main, run
+from fine_tune.cli import parse_args, run, squad_main
 from tests.conftest import shared_file
 from tests.test_squad_features import write_cmrc_style
 
@@ -45,7 +45,8 @@ def dev_slice(relative: str, path: pathlib.Path, paragraphs: int) -> pathlib.Pat
 
 
 def squad(output_dir: pathlib.Path, *flags: str, vocab: str = UNCASED) -> dict:
-    return run([f"--output_dir={output_dir}", f"--vocab_file={shared_file(vocab)}", *TINY, *flags])
+    argv = [f"--output_dir={output_dir}", f"--vocab_file={shared_file(vocab)}", *TINY, *flags]
+    return run(*parse_args("squad", argv))
 
 
 def read_json(path: pathlib.Path):
@@ -154,7 +155,7 @@ def squad_file(context: str = "Denver won.", answer_start=0, qas_id: str = "q1",
 
 def failure(capsys, tmp_path: pathlib.Path, *flags: str) -> str:
     out = tmp_path / "out"
-    assert main([f"--output_dir={out}", f"--vocab_file={shared_file(UNCASED)}", "--preset=tiny", *flags]) == 1
+    assert squad_main([f"--output_dir={out}", f"--vocab_file={shared_file(UNCASED)}", "--preset=tiny", *flags]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
     assert not out.exists() or not any(out.iterdir())  # nothing half-written

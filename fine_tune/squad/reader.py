@@ -28,8 +28,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from bert_tf.errors import DataError
 from bert_tf.tokenization import is_cjk
-from fine_tune.tsv import DataError
 
 # The original's `is_whitespace` in run_squad.py: other Unicode spaces stay inside a
 # word (the WordPiece tokenizer splits on them later).

@@ -1,4 +1,4 @@
-"""SQuAD as a task of the fine-tuning core, and the command line of `run_squad.py`.
+"""SQuAD as a task of the fine-tuning core (the task of `run_squad.py`).
 
 The task plugs the SQuAD reader, window featuriser, span head and loss, official
 metrics and prediction files into `fine_tune.cli` / `fine_tune.trainer`: training,
@@ -7,23 +7,24 @@ strategies, mixed precision, checkpoints and TensorBoard are the core's. Splits:
 nbest_predictions.json and, for SQuAD 2.0, null_odds.json, and scores them when the
 file has answers) and, with `--do_eval`, `--dev_file` (default: the predict file),
 scored after every epoch to keep the best checkpoint. File paths are relative to
-`--data_dir` (default: the current folder) unless absolute.
+`--data_dir` if given.
 
 Example:
->>> args = parse_args(["--do_predict", "--predict_file=dev-v1.1.json", "--output_dir=/tmp/squad"])
->>> args.max_seq_length, args.doc_stride, args.max_query_length, args.test_file
-(384, 128, 64, 'dev-v1.1.json')
+>>> task = squad_task(SquadConfig(predict_file="dev-v1.1.json"), RunConfig("/tmp/squad", 384, do_predict=True))
+>>> task.reader.files["test"], task.featuriser.doc_stride, task.featuriser.max_query_length
+('dev-v1.1.json', 128, 64)
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from bert_tf.errors import BertTfError
-from fine_tune import cli
+from bert_tf.errors import BertTfError, DataError
+from bert_tf.flags import Flag
+from fine_tune.config import RunConfig, TaskConfig, own, shared, task_field
 from fine_tune.registry import register
 from fine_tune.squad.evaluate import evaluate_v1, evaluate_v2
 from fine_tune.squad.features import SpanFeaturiser, check_lengths
@@ -31,14 +32,13 @@ from fine_tune.squad.head import SpanHead, span_loss
 from fine_tune.squad.postprocess import PostprocessConfig, SpanPrediction, write_predictions
 from fine_tune.squad.reader import SquadExample, read_squad, trainable
 from fine_tune.task import EvalSet, Task
-from fine_tune.tsv import DataError
 
 FAMILY = "squad"
-# Per split: the attribute of its file flag, the flags users know (file, switch).
+# Per split: the config field of its file, the flags users know (file, switch).
 SPLIT_FILES = {
     "train": ("train_file", "--train_file", "do_train"),
     "dev": ("dev_file", "--dev_file or --predict_file", "do_eval"),
-    "test": ("test_file", "--predict_file", "do_predict"),
+    "test": ("predict_file", "--predict_file", "do_predict"),
 }
 SET_NAMES = {"train": "train", "dev": "dev", "test": "predict"}
 
@@ -105,26 +105,45 @@ class SquadWriter:
         return write_predictions(output_dir, predictions, self.version_2_with_negative, prefix)
 
 
-@register("squad", FAMILY, "SQuAD v1.1 / v2.0 JSON files (and SQuAD-format data such as CMRC 2018)")
-def squad_task(args: argparse.Namespace) -> Task:
-    """The SQuAD task from the flags; raises a `BertTfError` for inconsistent ones."""
-    _check_flags(args)
-    version_2 = args.version_2_with_negative
-    files = {split: getattr(args, attribute) for split, (attribute, _, _) in SPLIT_FILES.items()}
+@dataclasses.dataclass
+class SquadConfig(TaskConfig):
+    """SQuAD v1.1 / v2.0 (or SQuAD-format) JSON files and the original run_squad.py's settings."""
+
+    family: ClassVar[str] = "squad"
+    task: str | None = task_field("squad")
+    train_file: str | None = shared("train_file")
+    dev_file: str | None = shared("dev_file")
+    predict_file: str | None = own(Flag(str, None, "SQuAD JSON to predict (and score, if it has answers)."))
+    doc_stride: int = own(Flag(int, 128, "Tokens between the starts of two windows of a long context."))
+    max_query_length: int = own(Flag(int, 64, "Questions are cut to this many WordPieces."))
+    n_best_size: int = own(Flag(int, 20, "Candidates kept per question (nbest_predictions.json)."))
+    max_answer_length: int = own(Flag(int, 30, "Longest answer, in WordPieces."))
+    version_2_with_negative: bool = own(Flag(bool, False, "SQuAD 2.0: questions may have no answer."))
+    null_score_diff_threshold: float = own(Flag(float, 0.0, "SQuAD 2.0: predict no answer when null score - best "
+                                                "span score is above this."))  # fmt: skip
+    verbose_logging: bool = own(Flag(bool, False, "Report every answer text that cannot be mapped back exactly."))
+
+
+@register("squad", "SQuAD v1.1 / v2.0 JSON files (and SQuAD-format data such as CMRC 2018)", SquadConfig)
+def squad_task(config: SquadConfig, run: RunConfig) -> Task:
+    """The SQuAD task of `config`; raises a `BertTfError` for inconsistent settings."""
+    _check(config, run)
+    version_2 = config.version_2_with_negative
+    files = {split: getattr(config, field) for split, (field, _, _) in SPLIT_FILES.items()}
     files["dev"] = files["dev"] or files["test"]
-    config = PostprocessConfig(
-        n_best_size=args.n_best_size,
-        max_answer_length=args.max_answer_length,
-        do_lower_case=args.do_lower_case,
+    postprocess = PostprocessConfig(
+        n_best_size=config.n_best_size,
+        max_answer_length=config.max_answer_length,
+        do_lower_case=run.do_lower_case,
         version_2_with_negative=version_2,
-        null_score_diff_threshold=args.null_score_diff_threshold,
-        verbose_logging=args.verbose_logging,
+        null_score_diff_threshold=config.null_score_diff_threshold,
+        verbose_logging=config.verbose_logging,
     )
     return Task(
         name="squad",
         reader=SquadReader(files, version_2),
-        featuriser=SpanFeaturiser(args.doc_stride, args.max_query_length),
-        head=SpanHead(config),
+        featuriser=SpanFeaturiser(config.doc_stride, config.max_query_length),
+        head=SpanHead(postprocess),
         loss=span_loss,
         metrics=SquadMetrics(version_2),
         writer=SquadWriter(version_2),
@@ -132,43 +151,12 @@ def squad_task(args: argparse.Namespace) -> Task:
     )
 
 
-def _check_flags(args: argparse.Namespace) -> None:
-    check_lengths(args.max_seq_length, args.max_query_length, args.doc_stride)
+def _check(config: SquadConfig, run: RunConfig) -> None:
+    check_lengths(run.max_seq_length, config.max_query_length, config.doc_stride)
     for flag in ("n_best_size", "max_answer_length"):
-        if getattr(args, flag) < 1:
-            raise BertTfError(f"--{flag} must be positive, got {getattr(args, flag)}.")
-    for split, (attribute, flag, switch) in SPLIT_FILES.items():
-        given = getattr(args, attribute) or (split == "dev" and args.test_file)
-        if getattr(args, switch) and not given:
+        if getattr(config, flag) < 1:
+            raise BertTfError(f"--{flag} must be positive, got {getattr(config, flag)}.")
+    for split, (field, flag, switch) in SPLIT_FILES.items():
+        given = getattr(config, field) or (split == "dev" and config.predict_file)
+        if getattr(run, switch) and not given:
             raise BertTfError(f"--{switch} needs {flag}.")
-
-
-# === Command line ===
-def squad_flags(parser: argparse.ArgumentParser) -> None:
-    """The original run_squad.py flags on top of the core's."""
-    add = parser.add_argument
-    add("--predict_file", dest="test_file", help="SQuAD JSON to predict (and score, if it has answers).")
-    add("--doc_stride", type=int, default=128, help="Tokens between the starts of two windows of a long context.")
-    add("--max_query_length", type=int, default=64, help="Questions are cut to this many WordPieces.")
-    add("--n_best_size", type=int, default=20, help="Candidates kept per question (nbest_predictions.json).")
-    add("--max_answer_length", type=int, default=30, help="Longest answer, in WordPieces.")
-    cli.add_bool(parser, "version_2_with_negative", False, "SQuAD 2.0: questions may have no answer.")
-    add("--null_score_diff_threshold", type=float, default=0.0,
-        help="SQuAD 2.0: predict no answer when null score - best span score is above this.")
-    cli.add_bool(parser, "verbose_logging", False, "Report every answer text that cannot be mapped back exactly.")
-    parser.set_defaults(max_seq_length=384, data_dir=".")
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The flags of run_squad.py."""
-    return cli.parse_args(FAMILY, argv)
-
-
-def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Runs run_squad.py in-process; returns the core's report (scores, timings)."""
-    return cli.run(parse_args(argv))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of run_squad.py: exit status 0, or 1 with a one-sentence error."""
-    return cli.main(FAMILY, argv)
