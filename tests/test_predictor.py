@@ -35,34 +35,30 @@ SQUAD = {"doc_stride": 48, "max_query_length": 32}
 
 
 # === Fine-tuned runs (one of each kind, shared by the module) ===
+def glue_run(tmp_path_factory, task: str, folder: str, sizes: dict[str, int], *flags: str) -> pathlib.Path:
+    """A tiny run of `task` on the first `sizes[split]` rows of each shared GLUE file, with --do_predict."""
+    root = tmp_path_factory.mktemp(folder)
+    for split, count in sizes.items():
+        write_rows(root / "data" / f"{split}.tsv", slice_of(f"glue/{folder}/{split}.tsv", 0, count))
+    fine_tune("classifier", task, root / "data", root / "out", "--do_train", "--do_predict", *flags)
+    return root
+
+
 @pytest.fixture(scope="module")
 def mrpc(tmp_path_factory) -> pathlib.Path:
-    """A pair classifier with max_seq_length 32, so that many MRPC pairs are truncated."""
-    root = tmp_path_factory.mktemp("mrpc")
-    write_rows(root / "data" / "train.tsv", slice_of("glue/MRPC/train.tsv", 0, 32))
-    write_rows(root / "data" / "dev.tsv", slice_of("glue/MRPC/dev.tsv", 0, 24))
-    write_rows(root / "data" / "test.tsv", slice_of("glue/MRPC/test.tsv", 0, 40))
-    fine_tune("classifier", "mrpc", root / "data", root / "out", "--do_train", "--do_eval", "--do_predict",
-              "--max_seq_length=32", "--predict_batch_size=8")
-    return root
+    """A pair classifier with max_seq_length 32 (many MRPC pairs are truncated) and a best/ checkpoint."""
+    return glue_run(tmp_path_factory, "mrpc", "MRPC", {"train": 32, "dev": 24, "test": 40}, "--do_eval",
+                    "--max_seq_length=32", "--predict_batch_size=8")
 
 
 @pytest.fixture(scope="module")
 def stsb(tmp_path_factory) -> pathlib.Path:
-    root = tmp_path_factory.mktemp("stsb")
-    write_rows(root / "data" / "train.tsv", slice_of("glue/STS-B/train.tsv", 0, 16))
-    write_rows(root / "data" / "test.tsv", slice_of("glue/STS-B/test.tsv", 0, 24))
-    fine_tune("classifier", "sts-b", root / "data", root / "out", "--do_train", "--do_predict")
-    return root
+    return glue_run(tmp_path_factory, "sts-b", "STS-B", {"train": 16, "test": 24})
 
 
 @pytest.fixture(scope="module")
 def sst2(tmp_path_factory) -> pathlib.Path:
-    root = tmp_path_factory.mktemp("sst2")
-    write_rows(root / "data" / "train.tsv", slice_of("glue/SST-2/train.tsv", 0, 16))
-    write_rows(root / "data" / "test.tsv", slice_of("glue/SST-2/test.tsv", 0, 24))
-    fine_tune("classifier", "sst-2", root / "data", root / "out", "--do_train", "--do_predict")
-    return root
+    return glue_run(tmp_path_factory, "sst-2", "SST-2", {"train": 16, "test": 24})
 
 
 @pytest.fixture(scope="module")
