@@ -306,7 +306,8 @@ class TaskModel:
 
     def report_truncated(self, truncated: int, total: int) -> None:
         if truncated:
-            print(f"note: {truncated} of {_count(total, 'input')} are longer than max_seq_length="
+            verb = "is" if truncated == 1 else "are"
+            print(f"note: {_count(truncated, 'input')} of {total} {verb} longer than max_seq_length="
                   f"{self.max_seq_length} WordPieces; they were truncated as in training.", file=sys.stderr, flush=True)
 
     def answer(self, question: Any, context: Any) -> Any:

@@ -114,7 +114,7 @@ def test_classifier_equals_run_classifier_predictions(mrpc, capsys):
     long = sum(len(tokenizer.tokenize(a)) + len(tokenizer.tokenize(b)) + 3 > 32 for a, b in pairs)
     assert 0 < long < len(pairs)
     err = capsys.readouterr().err
-    assert err.count("note:") == 1 and f"{long} of {len(pairs)} inputs are longer than max_seq_length=32" in err
+    assert err.count("note:") == 1 and f"{long} inputs of {len(pairs)} are longer than max_seq_length=32" in err
     # One pair gives one result, equal to its row of the batch.
     single = model.predict(pairs[3])
     assert single.label == written[3] and np.allclose(single.probabilities, probabilities[3], atol=1e-6)
