@@ -133,6 +133,24 @@ def test_single_texts_and_regression_equal_their_runs(sst2, stsb):
     assert scores == [row[1] for row in read_rows(stsb / "out" / "STS-B.tsv")[1:]]
 
 
+def test_long_inputs_go_in_chunks_with_a_progress_bar(sst2, capsys, monkeypatch):
+    from fine_tune import predictor
+
+    model = load_task_model(sst2 / "out")
+    sentences = [row[1] for row in read_rows(sst2 / "data" / "test.tsv")[1:]]
+    whole = model.predict(sentences)
+    monkeypatch.setattr(predictor, "INPUT_CHUNK", 5)
+    monkeypatch.setattr(predictor, "PROGRESS_MIN_ROWS", 10)
+    capsys.readouterr()
+    chunked = model.predict(sentences)
+    assert [r.label for r in chunked] == [r.label for r in whole]
+    np.testing.assert_allclose([r.probabilities for r in chunked], [r.probabilities for r in whole], atol=1e-6)
+    err = capsys.readouterr().err
+    assert f"{len(sentences)}/{len(sentences)} inputs (100%)" in err and "inputs/s" in err
+    model.predict(sentences[:9])
+    assert capsys.readouterr().err == ""  # few inputs: no progress bar
+
+
 # === Tagging ===
 def test_tagger_equals_run_ner_predictions_with_windows(conll):
     model = load_task_model(conll / "out")
