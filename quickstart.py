@@ -3,7 +3,7 @@
     python quickstart.py [--output_dir quickstart_out] [--pretrain_steps 400]
 
 Stages, each the real entry point a user would run on their own corpus:
-1. write a synthetic corpus (data_prep/toy_corpus.py) and a sentiment task;
+1. write a synthetic corpus (examples/toy_corpus.py) and a sentiment task;
 2. `python -m data_prep.build_vocab`: a WordPiece vocabulary;
 3. `python create_pretraining_data.py`: masked-LM / next-sentence TFRecords;
 4. `python run_pretraining.py`: BERT-tiny pre-training, with TensorBoard logs;
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from data_prep import toy_corpus
+from examples import toy_corpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

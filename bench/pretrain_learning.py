@@ -87,7 +87,7 @@ def prepare(work: pathlib.Path, vocab: pathlib.Path) -> dict[str, object]:
 
 def read_labels(path: pathlib.Path) -> tuple[list[int], list[int]]:
     """The real masked-token ids and the next-sentence labels of every record."""
-    from data_prep.pretraining_dataset import pretraining_dataset
+    from bert_tf.data.reader import pretraining_dataset
 
     masked, nsp = [], []
     for batch in pretraining_dataset(str(path), 256, SEQ, PREDICTIONS, is_training=False):

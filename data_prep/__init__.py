@@ -1,12 +1,12 @@
-"""Pre-training data for BERT: corpus preparation, vocabulary, TFRecords and their reader.
+"""Pre-training data for BERT: corpus preparation, vocabulary and the TFRecord writer.
 
 - `python create_pretraining_data.py`: the original's tool, streaming and parallel
   (`data_prep.generate`).
 - `python -m data_prep.prepare_corpus`: raw text to one sentence a line, blank lines
   between documents.
 - `python -m data_prep.build_vocab`: a WordPiece vocabulary in BERT's layout.
-- `data_prep.pretraining_dataset.pretraining_dataset`: the `tf.data` reader, with static
-  or dynamic masking.
 
-Only the reader imports TensorFlow: data generation runs in a few tens of MB.
+The record schema (feature names, special tokens, masking rates, file formats) and the
+`tf.data` reader live in the core, `bert_tf.data`; the writer here imports the schema.
+Generation never imports TensorFlow: it runs in a few tens of MB.
 """

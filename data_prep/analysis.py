@@ -10,8 +10,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-# Our names (the model's) for the two features that have two names in files.
-_RENAMES = {"input_ids": "input_word_ids", "segment_ids": "input_type_ids"}
+from bert_tf.data.schema import model_name
 
 
 def load_examples(paths: Sequence[str]) -> dict[str, np.ndarray]:
@@ -19,7 +18,7 @@ def load_examples(paths: Sequence[str]) -> dict[str, np.ndarray]:
     under the model's names (`input_word_ids`, `input_type_ids`, ...)."""
     import tensorflow as tf  # noqa: PLC0415 (only the readers need TensorFlow)
 
-    from data_prep.pretraining_dataset import detect_format  # noqa: PLC0415
+    from bert_tf.data.reader import detect_format  # noqa: PLC0415
 
     columns: dict[str, list[np.ndarray]] = {}
     for path in paths:
@@ -35,7 +34,7 @@ def load_examples(paths: Sequence[str]) -> dict[str, np.ndarray]:
         }
         for batch in records.batch(4096).map(lambda r, spec=spec: tf.io.parse_example(r, spec)).as_numpy_iterator():
             for name, values in batch.items():
-                columns.setdefault(_RENAMES.get(name, name), []).append(values)
+                columns.setdefault(model_name(name), []).append(values)
     return {name: np.concatenate(parts) for name, parts in columns.items()}
 
 

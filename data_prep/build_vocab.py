@@ -113,7 +113,7 @@ def define_flags() -> None:
     flags.DEFINE_integer("min_frequency", 2, "Ignore pieces seen fewer times than this.")
 
 
-def main(argv: list[str]) -> None:
+def _run(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
@@ -137,7 +137,16 @@ def main(argv: list[str]) -> None:
     print(f"{count:,} tokens -> {FLAGS.output_file}", file=sys.stderr)
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    """The `bert-build-vocab` command: parses `argv` (default `sys.argv`) as flags and runs.
+
+    absl's `app.run` handles --help and usage errors and ends the process with the exit
+    status (1 after an `error:` line), so the status is never returned to the caller.
+    """
     define_flags()
     flags.mark_flags_as_required(["input_file", "output_file"])
-    app.run(main)
+    app.run(_run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,6 +16,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bert_tf.data.schema import (
+    INPUT_MASK,
+    MASKED_LM_IDS,
+    MASKED_LM_POSITIONS,
+    MASKED_LM_PROB,
+    MASKED_LM_WEIGHTS,
+    NEXT_SENTENCE_LABELS,
+    WORD_CONTINUATION,
+    feature_names,
+    special_ids,
+)
 from bert_tf.tokenization import FullTokenizer
 from data_prep.encoding import SentenceEncoder, continuation_table, jieba_segmenter
 from data_prep.instances import DocumentPool, PackingOptions, PoolDocument, Recipes, chunk_tokens, pack_document
@@ -29,7 +40,7 @@ class GenerationOptions:
 
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
+    masked_lm_prob: float = MASKED_LM_PROB
     short_seq_prob: float = 0.1
     dupe_factor: int = 10
     random_seed: int = 12345
@@ -65,27 +76,14 @@ class ChunkResult:
     end_offset: int
 
 
-def feature_names(v2: bool) -> dict[str, str]:
-    """Our names for the features -> the names in the files (original or Model Garden v2)."""
-    return {
-        "input_ids": "input_word_ids" if v2 else "input_ids",
-        "input_mask": "input_mask",
-        "segment_ids": "input_type_ids" if v2 else "segment_ids",
-        "masked_lm_positions": "masked_lm_positions",
-        "masked_lm_ids": "masked_lm_ids",
-        "masked_lm_weights": "masked_lm_weights",
-        "next_sentence_labels": "next_sentence_labels",
-        "word_continuation": "word_continuation",
-    }
-
-
 class ChunkProcessor:
     """Turns `ChunkTask`s into `ChunkResult`s; keeps the NotNext pool between chunks."""
 
     def __init__(self, options: GenerationOptions, tokenizer: FullTokenizer):
         self.options = options
         vocab = tokenizer.vocab
-        self._cls_id, self._sep_id = vocab["[CLS]"], vocab["[SEP]"]
+        ids = special_ids(vocab)
+        self._cls_id, self._sep_id = ids["cls_id"], ids["sep_id"]
         self._encoder = SentenceEncoder(tokenizer, jieba_segmenter() if options.zh_whole_word_mask else None)
         self._suffix_table = continuation_table(vocab)
         self._packing = PackingOptions(options.max_seq_length, options.short_seq_prob)
@@ -93,7 +91,7 @@ class ChunkProcessor:
             masked_lm_prob=options.masked_lm_prob,
             max_predictions_per_seq=options.max_predictions_per_seq,
             vocab_size=len(tokenizer.inv_vocab),
-            mask_id=vocab["[MASK]"],
+            mask_id=ids["mask_id"],
             whole_word=options.whole_word,
         )
         self._names = feature_names(options.use_v2_feature_names)
@@ -176,13 +174,13 @@ class ChunkProcessor:
         counts["short_instances"] += int((batch.lengths < self.options.max_seq_length / 2).sum())
         if self.options.dynamic_masking:
             features = [
-                IntFeature(names["input_ids"], batch.input_ids),
-                IntFeature(names["input_mask"], input_mask),
-                IntFeature(names["segment_ids"], batch.segment_ids),
-                IntFeature(names["next_sentence_labels"], batch.next_sentence_labels[:, None]),
+                IntFeature(names.input_ids, batch.input_ids),
+                IntFeature(INPUT_MASK, input_mask),
+                IntFeature(names.segment_ids, batch.segment_ids),
+                IntFeature(NEXT_SENTENCE_LABELS, batch.next_sentence_labels[:, None]),
             ]
             if continuation is not None:
-                features.append(IntFeature(names["word_continuation"], continuation.astype(np.int8)))
+                features.append(IntFeature(WORD_CONTINUATION, continuation.astype(np.int8)))
         else:
             masked = mask_batch(batch, continuation, self._masking, np_rng)
             counts["masked"] += masked.replaced + masked.kept + masked.random
@@ -190,17 +188,17 @@ class ChunkProcessor:
             counts["kept"] += masked.kept
             counts["random"] += masked.random
             ids_and_segments = [
-                IntFeature(names["input_ids"], masked.input_ids),
-                IntFeature(names["input_mask"], input_mask),
-                IntFeature(names["segment_ids"], batch.segment_ids),
+                IntFeature(names.input_ids, masked.input_ids),
+                IntFeature(INPUT_MASK, input_mask),
+                IntFeature(names.segment_ids, batch.segment_ids),
             ]
             if self.options.use_v2_feature_names:  # Model Garden's order
                 ids_and_segments = [ids_and_segments[0], ids_and_segments[2], ids_and_segments[1]]
             features = [
                 *ids_and_segments,
-                IntFeature(names["masked_lm_positions"], masked.positions),
-                IntFeature(names["masked_lm_ids"], masked.label_ids),
-                FloatFeature(names["masked_lm_weights"], masked.weights),
-                IntFeature(names["next_sentence_labels"], batch.next_sentence_labels[:, None]),
+                IntFeature(MASKED_LM_POSITIONS, masked.positions),
+                IntFeature(MASKED_LM_IDS, masked.label_ids),
+                FloatFeature(MASKED_LM_WEIGHTS, masked.weights),
+                IntFeature(NEXT_SENTENCE_LABELS, batch.next_sentence_labels[:, None]),
             ]
         return serialize_examples(features)

@@ -50,18 +50,31 @@ class InputProblems:
 def expand_input_patterns(patterns: str) -> list[str]:
     """The files of comma-separated glob patterns, each pattern's matches sorted.
 
-    Raises `BertTfError` for a pattern that matches no file.
+    A folder stands for every file beneath it (WikiExtractor writes text/AA/wiki_00,
+    text/AB/...), hidden files excepted. Raises `BertTfError` for a pattern that
+    matches no file.
     """
     files: list[str] = []
     for pattern in (p.strip() for p in patterns.split(",")):
         if not pattern:
             continue
-        matches = sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
+        matches = sorted(path for match in glob.glob(pattern) for path in _files_of(match))
         if not matches:
             raise BertTfError(f"--input_file pattern {pattern!r} matches no file.")
         files.extend(path for path in matches if path not in files)
     if not files:
         raise BertTfError("--input_file is empty; give one or more comma-separated file patterns.")
+    return files
+
+
+def _files_of(path: str) -> list[str]:
+    """`path` if it is a file; the non-hidden files beneath it if it is a folder."""
+    if not os.path.isdir(path):
+        return [path] if os.path.isfile(path) else []
+    files = []
+    for folder, subfolders, names in os.walk(path):
+        subfolders[:] = [name for name in subfolders if not name.startswith(".")]
+        files.extend(os.path.join(folder, name) for name in names if not name.startswith("."))
     return files
 
 

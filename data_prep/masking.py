@@ -13,10 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bert_tf.data.schema import KEEP_PROB, MASK_PROB
 from data_prep.encoding import CONTINUATION_FLAG, ID_MASK
-
-MASK_PROB = 0.8  # of the chosen tokens, replaced by [MASK]
-KEEP_PROB = 0.1  # kept as they are; the rest (0.1) become a random vocabulary id
 
 
 @dataclass(frozen=True)

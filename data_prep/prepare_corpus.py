@@ -16,18 +16,38 @@ Sentences are split by sentencex (Wikimedia; rule-based, ~300 languages, Chinese
 included; about 60 MB/s here on WikiText, 250x pysbd's speed, and it keeps closing
 quotes with their sentence where pysbd and blingfire do not).
 
+Other input formats (`--input_format`):
+
+- `wikiextractor`: WikiExtractor's output, the format Wikipedia dumps come in: a
+  `<doc id=... title=...>` line opens an article, its title follows (dropped), `</doc>`
+  closes it. Empty articles and stubs of one sentence (`--min_sentences`) are dropped
+  and counted. A file cut off inside an article, a `</doc>` without its `<doc>` or
+  text outside an article stops the run, naming the file and line.
+- `tsv`, `csv`: labelled text (news category or review polarity, then the text), one
+  record a line, each a document; `--text_column` picks the text, the labels are dropped.
+
+Input that is not UTF-8 stops the run (file and line named) rather than becoming
+U+FFFD: a GBK-encoded Chinese file would otherwise turn silently into replacement
+characters. Folders stand for every file beneath them.
+
 Example:
   python -m data_prep.prepare_corpus --input_file=wiki.train.tokens \\
       --output_file=corpus.txt --preset=wikitext
+  python -m data_prep.prepare_corpus --input_file=text/ --output_file=corpus.txt \\
+      --input_format=wikiextractor
+  python -m data_prep.prepare_corpus --input_file=book_review_cls.tsv --language=zh \\
+      --output_file=corpus.txt --input_format=tsv --text_column=1
 """
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import html
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 
 from absl import app, flags
 
@@ -43,53 +63,93 @@ PRESETS = {
 }
 
 
-@dataclass
+@dataclasses.dataclass
 class CorpusCounts:
     documents: int = 0
     paragraphs: int = 0
     sentences: int = 0
-    undecodable_lines: int = 0
+    titles_dropped: int = 0
+    empty_documents: int = 0
+    short_documents: int = 0  # fewer sentences than min_sentences
+
+
+@dataclasses.dataclass
+class InputFormat:
+    """How to read the input files: `name` is one of INPUT_FORMATS."""
+
+    name: str = "text"
+    documents: str = "blank_lines"  # text only: blank_lines or header
+    header_regex: str | None = None  # text only
+    drop_regex: str | None = None  # text only
+    text_column: int | None = None  # tsv and csv only
+    skip_header: bool = False  # tsv and csv only
+    min_sentences: int | None = None  # None: 2 for wikiextractor (stubs), 1 otherwise
+
+    def minimum_sentences(self) -> int:
+        if self.min_sentences is not None:
+            return self.min_sentences
+        return 2 if self.name == "wikiextractor" else 1
+
+
+INPUT_FORMATS = ["text", "wikiextractor", "tsv", "csv"]
+Lines = Iterable[tuple[int, str]]  # (line number, text with its line end: csv needs them in quoted fields)
+
+
+# A full-width terminator (with the closing quotes after it) always ends a Chinese or
+# Japanese sentence; sentencex applies the English rule there too and does not split
+# before a lowercase Latin letter ("到死。ps题外话" stays one sentence).
+_CJK_SENTENCE_END = re.compile(r"[。！？]+[”’」』）]*")
+
+
+def _split_cjk(sentence: str) -> list[str]:
+    ends = [match.end() for match in _CJK_SENTENCE_END.finditer(sentence)]
+    bounds = [0, *(end for end in ends if end < len(sentence)), len(sentence)]
+    return [sentence[start:end] for start, end in zip(bounds, bounds[1:])]
 
 
 def sentence_splitter(language: str) -> Callable[[str], list[str]]:
-    """sentencex's segmenter for `language` (an ISO 639-1 code such as en or zh)."""
+    """sentencex's segmenter for `language` (an ISO 639-1 code such as en or zh).
+
+    >>> sentence_splitter("zh")("绝望压抑到死。ps题外话，再来交稿。他说：“好的。”")
+    ['绝望压抑到死。', 'ps题外话，再来交稿。', '他说：“好的。”']
+    """
     import sentencex  # noqa: PLC0415 (only this tool needs it)
 
+    cjk = language.split("-")[0] in ("zh", "ja")
+
     def split(paragraph: str) -> list[str]:
-        return [s.strip() for s in sentencex.segment(language, paragraph) if s.strip()]
+        sentences = sentencex.segment(language, paragraph)
+        if cjk:
+            sentences = [part for sentence in sentences for part in _split_cjk(sentence)]
+        return [s.strip() for s in sentences if s.strip()]
 
     return split
 
 
-def _lines(files: list[str], counts: CorpusCounts) -> Iterator[str | None]:
-    """Stripped lines of `files`; None at the end of each file (a document boundary)."""
-    for path in files:
-        with open(path, "rb") as file:
-            for raw in file:
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    counts.undecodable_lines += 1
-                    line = raw.decode("utf-8", "replace")
-                yield line.rstrip("\r\n")
-        yield None
+# === Reading ===
 
 
-def documents(
-    lines: Iterable[str | None], mode: str, header: re.Pattern | None, drop: re.Pattern | None
-) -> Iterator[list[str]]:
-    """Groups lines into documents of paragraphs (lines), by blank lines or headers."""
+def file_lines(path: str) -> Iterator[tuple[int, str]]:
+    """Numbered lines of `path` (line ends kept); raises `BertTfError` at bytes that are not UTF-8."""
+    with open(path, "rb") as file:
+        for number, raw in enumerate(file, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise BertTfError(
+                    f"{path} line {number} is not valid UTF-8 (byte {error.start + 1} of the line); "
+                    "convert the file to UTF-8 first (e.g. iconv -f GBK -t UTF-8)."
+                ) from None
+            yield number, line.removeprefix("\ufeff") if number == 1 else line
+
+
+def text_documents(lines: Lines, mode: str, header: re.Pattern | None, drop: re.Pattern | None) -> Iterator[list[str]]:
+    """Groups plain-text lines into documents of paragraphs (lines), by blank lines or headers."""
     paragraphs: list[str] = []
-    for line in lines:
-        if line is None:
-            boundary, text = True, ""
-        elif mode == "header":
-            boundary, text = bool(header and header.match(line)), line.strip()
-            if boundary:
-                text = ""
-        else:
-            text = line.strip()
-            boundary = not text
+    for _, line in lines:
+        line = line.rstrip("\r\n")
+        text = line.strip()
+        boundary = bool(header and header.match(line)) if mode == "header" else not text
         if boundary:
             if paragraphs:
                 yield paragraphs
@@ -100,19 +160,122 @@ def documents(
         yield paragraphs
 
 
+_TITLE = re.compile(r'\btitle="(.*)"')
+
+
+def wikiextractor_documents(path: str, lines: Lines, counts: CorpusCounts) -> Iterator[list[str]]:
+    """The articles of a WikiExtractor file, each as its paragraphs without the title line.
+
+    >>> lines = enumerate(['<doc id="1" title="A">', "A", "", "A is B.", "</doc>"], start=1)
+    >>> counts = CorpusCounts()
+    >>> list(wikiextractor_documents("wiki_00", lines, counts)), counts.titles_dropped
+    ([['A is B.']], 1)
+    >>> list(wikiextractor_documents("wiki_00", enumerate(["</doc>"], start=1), counts))
+    Traceback (most recent call last):
+    ...
+    bert_tf.errors.BertTfError: wiki_00 line 1 is a </doc> without an opening <doc ...> line: the file is damaged.
+    """
+    opened_at: int | None = None
+    titles: set[str] = set()
+    paragraphs: list[str] = []
+    for number, line in lines:
+        text = line.strip()
+        if text.startswith("<doc ") or text == "<doc>":
+            if opened_at is not None:
+                raise BertTfError(
+                    f"{path} line {number} opens an article while the one opened at line {opened_at} has "
+                    "no </doc> yet: the file is damaged."
+                )
+            match = _TITLE.search(text)
+            # Versions differ on escaping the attribute (&amp;): either spelling is the title.
+            titles = {match.group(1), html.unescape(match.group(1))} if match else set()
+            opened_at, paragraphs = number, []
+        elif text == "</doc>":
+            if opened_at is None:
+                raise BertTfError(
+                    f"{path} line {number} is a </doc> without an opening <doc ...> line: the file is damaged."
+                )
+            yield paragraphs
+            opened_at = None
+        elif opened_at is None:
+            if text:
+                raise BertTfError(
+                    f"{path} line {number} is text outside any <doc ...> ... </doc> article: is the file "
+                    "WikiExtractor output? (For plain text use --input_format=text.)"
+                )
+        elif text:
+            # WikiExtractor repeats the title as the article's first line: a heading, not a sentence.
+            if not paragraphs and text in titles:
+                counts.titles_dropped += 1
+                titles = set()
+            else:
+                paragraphs.append(text)
+    if opened_at is not None:
+        raise BertTfError(
+            f"{path} ends inside the article opened at line {opened_at} (no </doc>): the file looks cut off; "
+            "extract it again or delete that last article."
+        )
+
+
+def column_documents(path: str, lines: Lines, separator: str, column: int, skip_header: bool) -> Iterator[list[str]]:
+    """One document a record of a labelled-text file: the text of column `column` (0-based).
+
+    TSV is split on tabs as it is (no quoting: a text may hold a `"`); CSV follows RFC 4180 quoting.
+    """
+    numbered = iter(lines)
+    number = 0
+
+    def texts() -> Iterator[str]:
+        nonlocal number
+        for number, line in numbered:
+            yield line
+
+    if separator == ",":
+        # strict: a quote left open fails here rather than swallowing the lines after it.
+        rows: Iterable[list[str]] = csv.reader(texts(), strict=True)
+    else:
+        rows = (line.rstrip("\r\n").split("\t") for line in texts())
+    try:
+        for index, row in enumerate(rows):
+            if (index == 0 and skip_header) or not row:
+                continue
+            if column >= len(row):
+                raise BertTfError(
+                    f"{path} line {number} has {len(row)} column(s); --text_column={column} (0-based) needs "
+                    f"{column + 1}: check --text_column and --input_format."
+                )
+            text = row[column].strip()
+            yield [text] if text else []
+    except csv.Error as error:
+        raise BertTfError(f"{path} line {number} is not valid CSV: {error}.") from None
+
+
+def read_documents(path: str, source: InputFormat, counts: CorpusCounts) -> Iterator[list[str]]:
+    """The documents of one file, as lists of paragraphs (an empty list: an empty document)."""
+    lines = file_lines(path)
+    if source.name == "wikiextractor":
+        return wikiextractor_documents(path, lines, counts)
+    if source.name in ("tsv", "csv"):
+        if source.text_column is None:
+            raise BertTfError(f"--input_format={source.name} needs --text_column (the 0-based column of the text).")
+        separator = "\t" if source.name == "tsv" else ","
+        return column_documents(path, lines, separator, source.text_column, source.skip_header)
+    header = re.compile(source.header_regex) if source.header_regex else None
+    drop = re.compile(source.drop_regex) if source.drop_regex else None
+    if source.documents == "header" and header is None:
+        raise BertTfError("--documents=header needs --header_regex (the pattern of a document's first line).")
+    return text_documents(lines, source.documents, header, drop)
+
+
+# === Writing ===
+
+
 def prepare(
-    files: list[str],
-    output_file: str,
-    split: Callable[[str], list[str]],
-    mode: str = "blank_lines",
-    header_regex: str | None = None,
-    drop_regex: str | None = None,
+    files: list[str], output_file: str, split: Callable[[str], list[str]], source: InputFormat | None = None
 ) -> CorpusCounts:
     """Writes `files` to `output_file` in BERT's layout (atomically); returns counts."""
-    header = re.compile(header_regex) if header_regex else None
-    drop = re.compile(drop_regex) if drop_regex else None
-    if mode == "header" and header is None:
-        raise BertTfError("--documents=header needs --header_regex (the pattern of a document's first line).")
+    source = source or InputFormat()
+    minimum = source.minimum_sentences()
     counts = CorpusCounts()
     directory, name = os.path.split(os.path.abspath(output_file))
     temporary = os.path.join(directory, f".{name}.incomplete")
@@ -122,21 +285,39 @@ def prepare(
         raise BertTfError(f"Cannot write --output_file {output_file}: {error.strerror}.") from None
     try:
         with out:
-            for paragraphs in documents(_lines(files, counts), mode, header, drop):
-                sentences = [sentence for paragraph in paragraphs for sentence in split(paragraph)]
-                if not sentences:
-                    continue
-                if counts.documents:
-                    out.write("\n")
-                out.write("\n".join(sentences) + "\n")
-                counts.documents += 1
-                counts.paragraphs += len(paragraphs)
-                counts.sentences += len(sentences)
+            for path in files:
+                for paragraphs in read_documents(path, source, counts):
+                    sentences = [sentence for paragraph in paragraphs for sentence in split(paragraph)]
+                    if not sentences:
+                        counts.empty_documents += 1
+                        continue
+                    if len(sentences) < minimum:
+                        counts.short_documents += 1
+                        continue
+                    if counts.documents:
+                        out.write("\n")
+                    out.write("\n".join(sentences) + "\n")
+                    counts.documents += 1
+                    counts.paragraphs += len(paragraphs)
+                    counts.sentences += len(sentences)
         os.replace(temporary, output_file)
     except BaseException:
         os.remove(temporary)
         raise
     return counts
+
+
+def summary(counts: CorpusCounts, source: InputFormat, output_file: str) -> str:
+    """The closing report: what was written and what was dropped, each kind counted."""
+    dropped = [f"{counts.empty_documents:,} empty documents"]
+    if source.name == "wikiextractor":
+        dropped.insert(0, f"{counts.titles_dropped:,} title lines")
+    if source.minimum_sentences() > 1:
+        dropped.append(f"{counts.short_documents:,} documents of fewer than {source.minimum_sentences()} sentences")
+    return (
+        f"{counts.documents:,} documents, {counts.paragraphs:,} paragraphs, {counts.sentences:,} sentences "
+        f"-> {output_file}; dropped {', '.join(dropped)}"
+    )
 
 
 FLAGS = flags.FLAGS
@@ -165,41 +346,81 @@ def define_flags() -> None:
         list(PRESETS),
         "Settings for a known corpus; wikitext: documents from ' = Title = ' lines, section headings dropped.",
     )
+    # --- Input formats (issue 16): one block, for the shared flags layer. ---
+    flags.DEFINE_enum(
+        "input_format",
+        "text",
+        INPUT_FORMATS,
+        "text: plain text (see --documents); wikiextractor: WikiExtractor's <doc> ... </doc> articles "
+        "(title lines dropped); tsv / csv: labelled text, one document a record, its text in --text_column.",
+    )
+    flags.DEFINE_integer(
+        "text_column",
+        None,
+        "With --input_format=tsv or csv (required there): the 0-based column holding the text; the other "
+        "columns (labels) are dropped.",
+        lower_bound=0,
+    )
+    flags.DEFINE_boolean("skip_header", False, "With --input_format=tsv or csv: each file's first record is a header.")
+    flags.DEFINE_integer(
+        "min_sentences",
+        None,
+        "Documents of fewer sentences are dropped (and counted). Default: 2 with --input_format=wikiextractor "
+        "(stub articles), else 1.",
+        lower_bound=1,
+    )
 
 
-def main(argv: list[str]) -> None:
+def input_format() -> InputFormat:
+    """The input format the flags describe; raises `BertTfError` for flags that do not fit it."""
+    name = FLAGS.input_format
+    text_only = [flag for flag in ("preset", "header_regex", "drop_regex") if FLAGS[flag].present]
+    if FLAGS["documents"].present:
+        text_only.append("documents")
+    if name != "text" and text_only:
+        raise BertTfError(f"--{text_only[0]} applies to --input_format=text only, not --input_format={name}.")
+    if name not in ("tsv", "csv") and (FLAGS["text_column"].present or FLAGS.skip_header):
+        raise BertTfError(f"--text_column and --skip_header apply to --input_format=tsv or csv, not {name}.")
+    source = InputFormat(
+        name,
+        FLAGS.documents,
+        FLAGS.header_regex,
+        FLAGS.drop_regex,
+        FLAGS.text_column,
+        FLAGS.skip_header,
+        FLAGS.min_sentences,
+    )
+    if FLAGS.preset:
+        source = dataclasses.replace(source, **PRESETS[FLAGS.preset])
+    return source
+
+
+def _run(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    settings = {"documents": FLAGS.documents, "header_regex": FLAGS.header_regex, "drop_regex": FLAGS.drop_regex}
-    if FLAGS.preset:
-        settings.update(PRESETS[FLAGS.preset])
     try:
+        source = input_format()
         counts = prepare(
-            expand_input_patterns(FLAGS.input_file),
-            FLAGS.output_file,
-            sentence_splitter(FLAGS.language),
-            settings["documents"],
-            settings["header_regex"],
-            settings["drop_regex"],
+            expand_input_patterns(FLAGS.input_file), FLAGS.output_file, sentence_splitter(FLAGS.language), source
         )
     except BertTfError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
-    if counts.undecodable_lines:
-        print(
-            f"warning: {counts.undecodable_lines:,} line(s) are not valid UTF-8; their bad bytes became U+FFFD.",
-            file=sys.stderr,
-        )
     if not counts.documents:
         print("warning: no text found; the output file is empty.", file=sys.stderr)
-    print(
-        f"{counts.documents:,} documents, {counts.paragraphs:,} paragraphs, {counts.sentences:,} sentences "
-        f"-> {FLAGS.output_file}",
-        file=sys.stderr,
-    )
+    print(summary(counts, source, FLAGS.output_file), file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `bert-prepare-corpus` command: parses `argv` (default `sys.argv`) as flags and runs.
+
+    absl's `app.run` handles --help and usage errors and ends the process with the exit
+    status (1 after an `error:` line), so the status is never returned to the caller.
+    """
+    define_flags()
+    flags.mark_flags_as_required(["input_file", "output_file"])
+    app.run(_run, argv)
 
 
 if __name__ == "__main__":
-    define_flags()
-    flags.mark_flags_as_required(["input_file", "output_file"])
-    app.run(main)
+    sys.exit(main())

@@ -30,13 +30,14 @@ from dataclasses import dataclass
 import google_crc32c
 import numpy as np
 
+from bert_tf.data.schema import mask_crc
+
 # Protobuf tags (field number << 3 | wire type 2 = length-delimited), all single bytes.
 _TAG_1 = 0x0A  # Example.features, Features.feature entry, entry key, [Int64|Float]List.value
 _TAG_VALUE = 0x12  # map entry value
 _TAG_FLOAT_LIST = 0x12  # Feature.float_list
 _TAG_INT64_LIST = 0x1A  # Feature.int64_list
 
-_CRC_MASK_DELTA = 0xA282EAD8
 _CRC32C_POLYNOMIAL = 0x82F63B78  # reflected
 
 
@@ -182,8 +183,7 @@ def _masked_crcs_of_lengths(lengths: np.ndarray) -> np.ndarray:
 
 
 def _mask(crc: np.ndarray) -> np.ndarray:
-    crc = crc.astype(np.uint64)
-    return ((((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF).astype("<u4")
+    return mask_crc(crc.astype(np.uint64)).astype("<u4")
 
 
 def serialize_examples(features: Sequence[IntFeature | FloatFeature]) -> tuple[bytes, np.ndarray]:
@@ -222,12 +222,6 @@ def serialize_examples(features: Sequence[IntFeature | FloatFeature]) -> tuple[b
     )
     out[(offsets[1:, None] - 4 + np.arange(4)).ravel()] = _mask(crcs).view(np.uint8)
     return out.tobytes(), offsets
-
-
-def masked_crc32c(data: bytes) -> int:
-    """TensorFlow's masked CRC-32C: rotate right by 15 bits, add a constant."""
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
 
 
 def split_records(framed: bytes, offsets: np.ndarray, group: int = 1) -> list[bytes]:

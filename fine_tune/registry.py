@@ -23,7 +23,7 @@ from typing import Any
 from bert_tf.errors import BertTfError
 
 # The modules whose import registers the built-in tasks.
-BUILTIN_TASK_MODULES = ("fine_tune.glue", "fine_tune.tagging", "fine_tune.squad.task")
+BUILTIN_TASK_MODULES = ("fine_tune.glue", "fine_tune.tagging", "fine_tune.cluener", "fine_tune.squad.task")
 
 
 @dataclasses.dataclass(frozen=True)

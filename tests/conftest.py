@@ -1,11 +1,14 @@
-"""Shared test helpers: where the shared data lives, and skips when it or an oracle is absent."""
+"""Shared test helpers: where the shared data lives, skips when it or an oracle is absent, and the
+one way to run the project's scripts and modules in a fresh process."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import pathlib
+import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -40,3 +43,42 @@ def shared_data() -> pathlib.Path:
     if not path.is_dir():
         pytest.skip(f"shared data folder {path} is absent (set BERT_TF_DATA)")
     return path
+
+
+# === The project in a subprocess ===
+class ProjectProcesses:
+    """Runs `python ARGS` as a user of the checkout does: from its root, with it on PYTHONPATH
+    (so `-m data_prep.build_vocab`, `-c "import bert_tf"` and scripts started from another
+    folder all import this checkout) and without TensorFlow's C++ log lines.
+
+    ARGS is a root script (`run_pretraining.py`, found in the checkout whatever `cwd`
+    is), `-m module` or `-c code`, then its arguments; `env` adds variables.
+    """
+
+    def environment(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
+
+    def command(self, args: tuple[str, ...]) -> list[str]:
+        first, *rest = args
+        return [sys.executable, str(REPO_ROOT / first) if first.endswith(".py") else first, *rest]
+
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 600, **options: Any
+    ) -> subprocess.CompletedProcess:
+        """Runs to the end; output captured as text unless `options` say otherwise."""
+        options = {"cwd": REPO_ROOT, "capture_output": True, "text": True, **options}
+        return subprocess.run(self.command(args), env=self.environment(env), timeout=timeout, **options)
+
+    def start(self, *args: str, env: dict[str, str] | None = None, **options: Any) -> subprocess.Popen:
+        """Starts it and returns at once (to signal it or to run several side by side)."""
+        options = {"cwd": REPO_ROOT, "text": True, **options}
+        return subprocess.Popen(self.command(args), env=self.environment(env), **options)
+
+
+PROJECT = ProjectProcesses()
+
+
+@pytest.fixture
+def project() -> ProjectProcesses:
+    """Runs the project's scripts and modules in a subprocess (see `ProjectProcesses`)."""
+    return PROJECT

@@ -6,11 +6,11 @@ import json
 import os
 import pathlib
 import subprocess
-import sys
 
 import numpy as np
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.conftest import PROJECT
+
 VOCAB = 60
 SEQ = 16
 PREDICTIONS = 4
@@ -121,12 +121,4 @@ def run_flags(input_file: str, output_dir: str, config_file: str, **overrides) -
 
 def run_entry_point(flags: list[str], timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
     """Runs `python run_pretraining.py FLAGS` in a fresh process."""
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
-    return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "run_pretraining.py"), *flags],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=environment,
-        cwd=REPO_ROOT,
-    )
+    return PROJECT.run("run_pretraining.py", *flags, timeout=timeout, env=env)

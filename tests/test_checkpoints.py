@@ -14,8 +14,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -480,12 +478,10 @@ def test_convert_cli_user_errors(argv, fragment, saved, tmp_path, capsys):
     assert not os.path.exists(paths["out"])
 
 
-def test_convert_cli_process_reports_one_line(tmp_path):
+def test_convert_cli_process_reports_one_line(tmp_path, project):
     """As a real process: status 1, one line on stderr, no traceback."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    command = [sys.executable, "-m", "checkpoints.convert", "--input", str(tmp_path / "nothing"),
-               "--output", str(tmp_path / "out"), "--output_format", "tf1"]  # fmt: skip
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    flags = ["--input", str(tmp_path / "nothing"), "--output", str(tmp_path / "out"), "--output_format", "tf1"]
+    result = project.run("-m", "checkpoints.convert", *flags, timeout=120)
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip() == f"Error: Checkpoint {tmp_path / 'nothing'} does not exist.", result.stderr
 

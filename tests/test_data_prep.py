@@ -10,7 +10,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from data_prep.encoding import SentenceEncoder, chinese_continuations, jieba_seg
 from data_prep.instances import truncate_seq_pair
 from data_prep.masking import MaskingOptions, assemble, mask_batch, word_continuation
 from data_prep.tfrecord import FloatFeature, IntFeature, serialize_examples
-from tests.conftest import REPO_ROOT, require_module, shared_file
+from tests.conftest import PROJECT, REPO_ROOT, require_module, shared_file
 
 UNCASED = "vocab/google_uncased_en_vocab.txt"
 CHINESE = "vocab/google_zh_vocab.txt"
@@ -40,13 +39,7 @@ def cut(source: Path, directory: Path, max_bytes: int) -> Path:
 
 def generate(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
     """Runs create_pretraining_data.py with `args`."""
-    return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "create_pretraining_data.py"), "--noprogress", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return PROJECT.run("create_pretraining_data.py", "--noprogress", *args, cwd=cwd, timeout=300)
 
 
 def read_file_list(paths: list[str]) -> dict[str, np.ndarray]:
@@ -132,7 +125,7 @@ def test_sentence_encoder_matches_the_full_tokenizer():
 
 
 def test_chinese_word_continuations_follow_jieba():
-    require_module("jieba", "Chinese whole-word masking segments with jieba")
+    require_module("rjieba", "Chinese whole-word masking segments with rjieba (jieba-rs)")
     text = "我爱北京天安门，English words too。"
     tokens = ["我", "爱", "北", "京", "天", "安", "门", "，", "english", "words", "too", "。"]
     words = jieba_segmenter()(text)
@@ -140,6 +133,43 @@ def test_chinese_word_continuations_follow_jieba():
     assert "".join(words) == text
     assert flags[:7] == [False, False, False, True, False, True, True]  # 我 爱 北京 天安门
     assert not any(flags[7:])
+
+
+def test_chinese_whole_word_encoder_matches_chinese_continuations_on_real_text():
+    # The encoder's fast path against the token-by-token search, on real Chinese lines.
+    require_module("rjieba", "Chinese whole-word masking segments with rjieba (jieba-rs)")
+    from bert_tf.tokenization import FullTokenizer
+    from data_prep.encoding import CONTINUATION_FLAG
+
+    tokenizer = FullTokenizer(str(shared_file(CHINESE)), do_lower_case=True)
+    segment = jieba_segmenter()
+    encoder = SentenceEncoder(tokenizer, segment)
+    lines = shared_file("pretrain/clue_zh_small.txt").read_text(encoding="utf-8").splitlines()[:3000]
+    continued = 0
+    for line in lines + ["穿T恤的卡拉OK歌手在北京", "English only", "鿿 is [UNK], 北京 is a word"]:
+        tokens = tokenizer.tokenize(line)
+        flags = chinese_continuations(line, tokens, segment(line))
+        expected = [i | CONTINUATION_FLAG if f else i for i, f in zip(tokenizer.convert_tokens_to_ids(tokens), flags)]
+        assert encoder.encode(line) == expected, line
+        continued += sum(flags)
+    assert continued > 10_000  # most lines have words of two characters or more
+
+
+def test_rjieba_segments_like_jieba():
+    # rjieba replaced jieba (pure Python, unmaintained): the same words, nearly everywhere.
+    require_module("rjieba", "Chinese whole-word masking segments with rjieba (jieba-rs)")
+    require_module("jieba", "the reference segmenter that rjieba replaced")
+    import warnings
+
+    with warnings.catch_warnings():  # jieba imports the deprecated pkg_resources
+        warnings.simplefilter("ignore")
+        import jieba
+    both = either = 0
+    for line in shared_file("pretrain/clue_zh_small.txt").read_text(encoding="utf-8").splitlines()[:2000]:
+        ends = [set(np.cumsum([len(word) for word in cut(line)]).tolist()) for cut in (jieba.lcut, jieba_segmenter())]
+        both += len(ends[0] & ends[1])
+        either += len(ends[0] | ends[1])
+    assert both / either > 0.99
 
 
 def _batch(rng: np.random.Generator, n: int = 2000, length: int = 128):
@@ -378,9 +408,45 @@ def test_gzip_v2_names_and_dynamic_masking_files(tmp_path):
     assert (tmp_path / "dynamic").stat().st_size <= 0.15 * (tmp_path / "static").stat().st_size
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"use_v2_feature_names": True}, {"dynamic_masking": True, "do_whole_word_mask": True}],
+    ids=["v1", "v2", "dynamic"],
+)
+def test_the_reader_reads_the_writer_records_under_the_original_names(tmp_path, options):
+    # The names as the original's create_pretraining_data.py and Model Garden's v2 write
+    # them, spelled out here: the writer and the reader share bert_tf.data.schema.
+    tf = pytest.importorskip("tensorflow")
+    from bert_tf.data.reader import pretraining_dataset
+    from bert_tf.tokenization import FullTokenizer
+    from data_prep.analysis import undo_masking
+    from data_prep.chunks import ChunkProcessor, ChunkTask, GenerationOptions
+
+    v2, dynamic = options.get("use_v2_feature_names", False), options.get("dynamic_masking", False)
+    ids, types = ("input_word_ids", "input_type_ids") if v2 else ("input_ids", "segment_ids")
+    masked = ["word_continuation"] if dynamic else ["masked_lm_positions", "masked_lm_ids", "masked_lm_weights"]
+    names = {ids, types, "input_mask", "next_sentence_labels", *masked}
+    generation = GenerationOptions(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2, **options)
+    lines = [f"the {word} of sentence number {i} is unaffable and playing ." for i, word in enumerate("abcdefgh")]
+    task = ChunkTask(0, 0, [lines[:4], lines[4:]], 0)
+    path = tmp_path / "records"
+    path.write_bytes(ChunkProcessor(generation, FullTokenizer(str(shared_file(UNCASED)))).process(task).records)
+    written = [tf.train.Example.FromString(r.numpy()).features.feature for r in tf.data.TFRecordDataset(str(path))]
+    assert len(written) > 4 and {frozenset(example) for example in written} == {frozenset(names)}
+    masking = {"dynamic_masking": True, "vocab_size": 30522, "whole_word_mask": True, "seed": 0} if dynamic else {}
+    batch = next(iter(pretraining_dataset(str(path), len(written), 32, 5, is_training=False, **masking)))
+    batch = {name: value.numpy() for name, value in batch.items()}
+    if dynamic:  # the reader masked the records anew: put their tokens back
+        batch["input_word_ids"] = undo_masking(batch)
+    model_names = {ids: "input_word_ids", types: "input_type_ids"}
+    for name in names - {"word_continuation"}:  # the reader masks with it and drops it
+        values = [example[name].float_list.value or example[name].int64_list.value for example in written]
+        np.testing.assert_array_equal(batch[model_names.get(name, name)], values, err_msg=name)
+
+
 @pytest.mark.parametrize("whole_word", [False, True])
 def test_dynamic_masking_reader_rates(tmp_path, whole_word):
-    from data_prep.pretraining_dataset import pretraining_dataset
+    from bert_tf.data.reader import pretraining_dataset
 
     corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 150_000)
     flags = ["--do_whole_word_mask"] if whole_word else []
@@ -435,7 +501,7 @@ def test_dynamic_masking_reader_rates(tmp_path, whole_word):
 
 
 def test_chinese_whole_word_masking_masks_jieba_words_whole(tmp_path):
-    require_module("jieba", "Chinese whole-word masking segments with jieba")
+    require_module("rjieba", "Chinese whole-word masking segments with rjieba (jieba-rs)")
     corpus = cut(shared_file("pretrain/clue_zh_small.txt"), tmp_path, 60_000)
     result = generate(
         f"--input_file={corpus}",
@@ -459,20 +525,8 @@ def test_prepare_corpus_makes_documents_and_sentences_of_wikitext(tmp_path):
     require_module("sentencex", "the sentence segmenter of prepare_corpus")
     corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 300_000)
     prepared = tmp_path / "prepared.txt"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "data_prep.prepare_corpus",
-            f"--input_file={corpus}",
-            f"--output_file={prepared}",
-            "--preset=wikitext",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    flags = [f"--input_file={corpus}", f"--output_file={prepared}", "--preset=wikitext"]
+    result = PROJECT.run("-m", "data_prep.prepare_corpus", *flags, timeout=120)
     assert result.returncode == 0, result.stderr
     documents = prepared.read_text(encoding="utf-8").split("\n\n")
     titles = [
@@ -505,20 +559,8 @@ def test_build_vocab_has_bert_layout_and_covers_the_corpus(tmp_path):
 
     corpus = shared_file("pretrain/wikitext2_valid.tokens.txt")
     vocab = tmp_path / "vocab.txt"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "data_prep.build_vocab",
-            f"--input_file={corpus}",
-            f"--output_file={vocab}",
-            "--vocab_size=5000",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    flags = [f"--input_file={corpus}", f"--output_file={vocab}", "--vocab_size=5000"]
+    result = PROJECT.run("-m", "data_prep.build_vocab", *flags, timeout=120)
     assert result.returncode == 0, result.stderr
     tokens = vocab.read_text(encoding="utf-8").splitlines()
     assert len(tokens) == len(set(tokens)) == 5000

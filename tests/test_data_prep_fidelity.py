@@ -170,7 +170,7 @@ def test_model_garden_loader_reads_our_files(outputs, tmp_path, v2, gzip):
 
 
 def test_our_reader_reads_model_garden_files(outputs, tmp_path):
-    from data_prep.pretraining_dataset import pretraining_dataset
+    from bert_tf.data.reader import pretraining_dataset
 
     corpus, vocab, _, _ = outputs["sample_text"]
     for gzip in (False, True):

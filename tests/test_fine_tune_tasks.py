@@ -12,8 +12,6 @@ import csv
 import itertools
 import pathlib
 import shutil
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -21,8 +19,8 @@ import pytest
 import tensorflow as tf
 
 from fine_tune.cli import main, parse_args, run
-from fine_tune.demo import write_demo_task
-from tests.conftest import REPO_ROOT, shared_file
+from tests.conftest import shared_file
+from tests.demo_task import write_demo_task
 
 TINY = [
     "--preset=tiny",
@@ -289,7 +287,7 @@ def test_init_checkpoint_in_every_format(tmp_path, checkpoint_format):
 
 # === The loop itself ===
 def test_the_loop_learns_the_demo_task(tmp_path):
-    """From random weights, the marker-word task of `fine_tune.demo` is learnt in 80 steps."""
+    """From random weights, the marker-word task of `tests/demo_task.py` is learnt in 80 steps."""
     data = tmp_path / "data"
     write_demo_task(str(data), str(shared_file(UNCASED)), train_size=256, dev_size=64)
     report = fine_tune("classifier", "sst-2", data, tmp_path / "out", "--do_train", "--do_eval",
@@ -391,12 +389,9 @@ def test_max_seq_length_above_the_positions(tmp_path, capsys):
     assert "--max_seq_length 1024 is above the model's max_position_embeddings (512)" in message
 
 
-def test_entry_point_prints_one_line_and_exits_1(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "run_classifier.py"), "--task_name=nope", f"--data_dir={tmp_path}",
-         f"--output_dir={tmp_path}", "--do_train"],
-        capture_output=True, text=True, cwd=REPO_ROOT, env={"PYTHONPATH": str(REPO_ROOT), "TF_CPP_MIN_LOG_LEVEL": "3",
-                                                            "PATH": "/usr/bin:/bin"},
+def test_entry_point_prints_one_line_and_exits_1(tmp_path, project):
+    result = project.run(
+        "run_classifier.py", "--task_name=nope", f"--data_dir={tmp_path}", f"--output_dir={tmp_path}", "--do_train"
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("error: Unknown --task 'nope'; valid tasks: ax, cola")

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import keras
@@ -16,7 +13,6 @@ from bert_tf.optimization import AdamWeightDecay
 from fine_tune.heads import ClassificationHead, classification_loss
 from fine_tune.task import Features
 from fine_tune.trainer import ENCODER_INPUTS, Trainer, TrainingConfig
-from tests.conftest import REPO_ROOT
 
 
 def repeated_token_features() -> Features:
@@ -104,14 +100,10 @@ MIRRORED_SCRIPT = textwrap.dedent(
 )
 
 
-def test_two_replicas_take_the_same_clipped_steps_as_one_device(tmp_path):
+def test_two_replicas_take_the_same_clipped_steps_as_one_device(tmp_path, project):
     """MirroredStrategy over two logical CPUs, each replica with half of each batch, ends
     with the weights of one device (before the shared `Updater`, fine-tuning under
     MirroredStrategy stopped at its first step: `int()` of a mirrored step counter)."""
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-c", MIRRORED_SCRIPT, str(tmp_path)], capture_output=True, text=True, env=environment,
-        timeout=300, cwd=REPO_ROOT,
-    )  # fmt: skip
+    result = project.run("-c", MIRRORED_SCRIPT, str(tmp_path), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "same True" in result.stdout, result.stdout[-500:]

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -13,7 +10,6 @@ import pytest
 
 from bert_tf import BertConfig, BertEncoder, BertPretrainer
 from tests import numpy_bert
-from tests.conftest import REPO_ROOT
 
 CONFIG = BertConfig.from_preset("tiny", vocab_size=97, num_hidden_layers=3, max_position_embeddings=40)
 
@@ -248,7 +244,7 @@ np.savez(args["output"], sequence=np.asarray(out["sequence_output"]), pooled=np.
 """
 
 
-def test_jax_backend_gives_the_same_outputs(tmp_path):
+def test_jax_backend_gives_the_same_outputs(tmp_path, project):
     pytest.importorskip("jax", reason="the JAX backend needs jax installed")
     pretrainer, _ = build()
     encoder = pretrainer.encoder
@@ -260,8 +256,8 @@ def test_jax_backend_gives_the_same_outputs(tmp_path):
         "config": encoder.bert_config.to_dict(),
         "batch": {k: v.tolist() for k, v in batch.items()},
     }
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO_ROOT))
-    subprocess.run([sys.executable, "-c", JAX_SCRIPT, json.dumps(args)], env=env, check=True, cwd=REPO_ROOT)
+    env = {"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    project.run("-c", JAX_SCRIPT, json.dumps(args), env=env, check=True, capture_output=False)
     jax_out = np.load(tmp_path / "out.npz")
     tf_out = encoder(batch)
     np.testing.assert_allclose(jax_out["sequence"], np.asarray(tf_out["sequence_output"]), atol=1e-5, rtol=0)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -13,7 +10,7 @@ import pytest
 
 from bert_tf import BertConfig, BertEncoder, BertPretrainer, BertTfError
 from bert_tf.optimization import AdamWeightDecay, Lamb, WarmupLinearDecay, create_optimizer
-from tests.conftest import REPO_ROOT, require_module
+from tests.conftest import require_module
 
 BETA_1, BETA_2, EPSILON, DECAY = 0.9, 0.999, 1e-6, 0.01
 
@@ -175,11 +172,9 @@ print(keras.backend.backend(), json.dumps([np.asarray(kernel).tolist(), np.asarr
 """
 
 
-def test_the_optimizer_runs_on_the_jax_backend_too():
+def test_the_optimizer_runs_on_the_jax_backend_too(project):
     require_module("jax", "the JAX backend check")
-    environment = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO_ROOT)}
-    result = subprocess.run([sys.executable, "-c", JAX_SCRIPT], capture_output=True, text=True, env=environment,
-                            timeout=120)  # fmt: skip
+    result = project.run("-c", JAX_SCRIPT, env={"KERAS_BACKEND": "jax"}, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     backend, values = result.stdout.strip().splitlines()[-1].split(" ", 1)
     steps = [

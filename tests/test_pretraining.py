@@ -17,7 +17,7 @@ from bert_tf.optimization import create_optimizer
 from bert_tf.training import StepOptions, Trainer
 from bert_tf.training.inputs import MODEL_INPUTS, BatchPlan
 from bert_tf.training.pretraining import load_initial_weights
-from data_prep.pretraining_dataset import pretraining_dataset
+from bert_tf.data.reader import pretraining_dataset
 from tests.pretraining_helpers import (
     PREDICTIONS,
     SEQ,

@@ -11,7 +11,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -19,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import run_pretraining
-from tests.pretraining_helpers import REPO_ROOT, run_flags, write_config, write_records
+from tests.pretraining_helpers import run_flags, write_config, write_records
 
 STEPS = 4
 
@@ -56,7 +55,7 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def test_two_workers_take_the_same_steps_as_one(setup):
+def test_two_workers_take_the_same_steps_as_one(setup, project):
     output = os.path.join(setup["root"], "two_workers")
     flags = run_flags(setup["data"], output, setup["config"], num_train_steps=STEPS, save_checkpoints_steps=2,
                       distribution_strategy="multi_worker_mirrored")  # fmt: skip
@@ -64,11 +63,10 @@ def test_two_workers_take_the_same_steps_as_one(setup):
     workers = []
     for index in range(2):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TF_CONFIG": tf_config}
         workers.append(
-            subprocess.Popen(
-                [sys.executable, str(REPO_ROOT / "run_pretraining.py"), *flags],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
+            project.start(
+                "run_pretraining.py", *flags, env={"TF_CONFIG": tf_config}, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
             )  # fmt: skip
         )
     results = [worker.communicate(timeout=300) for worker in workers]
@@ -104,15 +102,11 @@ MIRRORED_SCRIPT = textwrap.dedent(
 )
 
 
-def test_mirrored_replicas_with_xla_forward_backward_match_one_device(setup):
+def test_mirrored_replicas_with_xla_forward_backward_match_one_device(setup, project):
     output = os.path.join(setup["root"], "mirrored")
     flags = run_flags(setup["data"], output, setup["config"], num_train_steps=STEPS, save_checkpoints_steps=STEPS,
                       jit_compile=True)  # fmt: skip
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-c", MIRRORED_SCRIPT, *flags], capture_output=True, text=True, env=environment,
-        timeout=300, cwd=REPO_ROOT,
-    )  # fmt: skip
+    result = project.run("-c", MIRRORED_SCRIPT, *flags, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "replicas 2" in result.stdout
     assert "compiled True" in result.stdout

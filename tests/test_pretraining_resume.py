@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 
 import numpy as np
 import tensorflow as tf
 
 import run_pretraining
-from tests.pretraining_helpers import REPO_ROOT, run_flags, write_config, write_records
+from tests.pretraining_helpers import run_flags, write_config, write_records
 
 STEPS = 30
 KILL_AFTER = "step 6/"
@@ -25,7 +23,7 @@ def final_state(output_dir: str) -> dict[str, np.ndarray]:
     return {name: reader.get_tensor(name) for name in kept}
 
 
-def test_resume_after_sigkill_ends_at_the_same_step_examples_and_weights(tmp_path):
+def test_resume_after_sigkill_ends_at_the_same_step_examples_and_weights(tmp_path, project):
     data = write_records(tmp_path / "train.tfrecord", 160)
     config = write_config(tmp_path / "bert_config.json")  # with dropout: its RNG state is checkpointed too
     common = dict(num_train_steps=STEPS, num_warmup_steps=3, save_checkpoints_steps=3, iterations_per_loop=3)
@@ -35,11 +33,9 @@ def test_resume_after_sigkill_ends_at_the_same_step_examples_and_weights(tmp_pat
 
     killed = str(tmp_path / "killed")
     flags = run_flags(data, killed, config, **common)
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "run_pretraining.py"), *flags],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=environment,
-    )  # fmt: skip
+    process = project.start(
+        "run_pretraining.py", *flags, env={"PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     for line in process.stdout:
         if line.startswith(KILL_AFTER):
             process.send_signal(signal.SIGKILL)

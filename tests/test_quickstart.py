@@ -24,7 +24,7 @@ def read_results(path: str) -> dict[str, float]:
 def majority_baselines(records: str) -> tuple[float, float]:
     """The accuracies of a collapsed model: always the most frequent masked token, and
     always the more frequent next-sentence label."""
-    from data_prep.pretraining_dataset import pretraining_dataset
+    from bert_tf.data.reader import pretraining_dataset
 
     tokens: collections.Counter = collections.Counter()
     labels: collections.Counter = collections.Counter()

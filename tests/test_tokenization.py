@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import subprocess
-import sys
 import unicodedata
 from pathlib import Path
 
@@ -35,7 +32,7 @@ from bert_tf.tokenization import (
     load_vocab,
     validate_vocab,
 )
-from tests.conftest import REPO_ROOT, data_dir, require_module, shared_file
+from tests.conftest import data_dir, require_module, shared_file
 
 # name -> (vocabulary file under the shared data, do_lower_case)
 VOCABS = {
@@ -377,10 +374,9 @@ assert got == [lower_and_strip_accents(t) for t in texts], got
 """
 
 
-def test_fast_path_ignores_the_process_locale():
+def test_fast_path_ignores_the_process_locale(project):
     """ICU lower-cases for the process's locale (Turkish: I to dotless ı); Python never."""
-    env = {**os.environ, "LC_ALL": "tr_TR.UTF-8", "LANG": "tr_TR.UTF-8", "PYTHONPATH": str(REPO_ROOT)}
-    result = subprocess.run([sys.executable, "-c", LOCALE_SCRIPT], env=env, capture_output=True, text=True)
+    result = project.run("-c", LOCALE_SCRIPT, env={"LC_ALL": "tr_TR.UTF-8", "LANG": "tr_TR.UTF-8"})
     assert result.returncode == 0, result.stderr[-2000:]
 
 

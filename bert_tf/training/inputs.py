@@ -1,6 +1,6 @@
 """Pre-training input for the training loop: checked files, sharded per worker, split per replica.
 
-The records are read by `data_prep.pretraining_dataset` (static or dynamic masking,
+The records are read by `bert_tf.data.reader.pretraining_dataset` (static or dynamic masking,
 original or v2 feature names, gzip or not). Here we decide who reads what:
 
 - Each worker's pipeline yields *worker batches* (`global batch / workers`); inside
@@ -28,18 +28,19 @@ import hashlib
 import numpy as np
 import tensorflow as tf
 
-from bert_tf.errors import BertTfError
-from data_prep.pretraining_dataset import (
-    GOOGLE_CLS_ID,
-    GOOGLE_MASK_ID,
-    GOOGLE_SEP_ID,
-    detect_format,
-    list_files,
-    pretraining_dataset,
+from bert_tf.data.reader import detect_format, list_files, pretraining_dataset
+from bert_tf.data.schema import (
+    GOOGLE_SPECIAL_IDS,
+    INPUT_MASK,
+    MASKED_LM_POSITIONS,
+    SPECIAL_TOKENS,
+    V2_NAMES,
+    special_ids,
 )
+from bert_tf.errors import BertTfError
+from bert_tf.tokenization import load_vocab
 
-MODEL_INPUTS = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")
-GOOGLE_SPECIAL_IDS = (("mask_id", GOOGLE_MASK_ID), ("cls_id", GOOGLE_CLS_ID), ("sep_id", GOOGLE_SEP_ID))
+MODEL_INPUTS = (V2_NAMES.input_ids, INPUT_MASK, V2_NAMES.segment_ids, MASKED_LM_POSITIONS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,8 +100,8 @@ def _check_first_record(
     fmt = detect_format(path)
     record = next(iter(tf.data.TFRecordDataset(path, compression_type=fmt.compression).take(1)))
     features = tf.train.Example.FromString(record.numpy()).features.feature
-    ids = np.array(features["input_word_ids" if fmt.v2_names else "input_ids"].int64_list.value)
-    predictions = len(features["masked_lm_positions"].int64_list.value) if fmt.masked else None
+    ids = np.array(features[fmt.names.input_ids].int64_list.value)
+    predictions = len(features[MASKED_LM_POSITIONS].int64_list.value) if fmt.masked else None
     if len(ids) != max_seq_length or predictions not in (None, max_predictions_per_seq):
         shown = f"max_seq_length {len(ids)}" + (f" and max_predictions_per_seq {predictions}" if fmt.masked else "")
         raise BertTfError(
@@ -119,7 +120,7 @@ def _check_first_record(
 # === Datasets ===
 @dataclasses.dataclass(frozen=True)
 class DataSpec:
-    """What every pipeline of a run reads, and how (see `data_prep.pretraining_dataset`)."""
+    """What every pipeline of a run reads, and how (see `bert_tf.data.reader.pretraining_dataset`)."""
 
     files: tuple[str, ...]
     max_seq_length: int
@@ -160,20 +161,16 @@ class DataSpec:
 
 def special_token_ids(vocab_file: str) -> tuple[tuple[str, int], ...]:
     """The ids of [MASK], [CLS] and [SEP] in `vocab_file` (one token a line)."""
-    if not tf.io.gfile.exists(vocab_file):
-        raise BertTfError(f"--vocab_file {vocab_file} does not exist.")
-    with tf.io.gfile.GFile(vocab_file) as handle:
-        ids = {line.rstrip("\n"): index for index, line in enumerate(handle)}
-    wanted = {"mask_id": "[MASK]", "cls_id": "[CLS]", "sep_id": "[SEP]"}
-    missing = [token for token in wanted.values() if token not in ids]
+    vocab = load_vocab(vocab_file)
+    missing = [token for token in SPECIAL_TOKENS.values() if token not in vocab]
     if missing:
         raise BertTfError(f"--vocab_file {vocab_file} lacks {', '.join(missing)}.")
-    return tuple((name, ids[token]) for name, token in wanted.items())
+    return tuple(special_ids(vocab).items())
 
 
-def check_special_ids(special_ids: tuple[tuple[str, int], ...], vocab_size: int) -> None:
+def check_special_ids(token_ids: tuple[tuple[str, int], ...], vocab_size: int) -> None:
     """Dynamic masking writes these ids: they must exist in the model's vocabulary."""
-    ids = {**dict(GOOGLE_SPECIAL_IDS), **dict(special_ids)}
+    ids = {**GOOGLE_SPECIAL_IDS, **dict(token_ids)}
     if max(ids.values()) >= vocab_size:
         raise BertTfError(
             f"Dynamic masking uses [MASK] id {ids['mask_id']}, [CLS] id {ids['cls_id']} and [SEP] id {ids['sep_id']}, "

@@ -1,13 +1,9 @@
-"""A small sentence-classification task written from any vocabulary, for smoke runs and the README.
+"""Test fixture: a small sentence-classification task written from any vocabulary.
 
 Each sentence is six random whole words of the vocabulary plus one of two marker
 words; the label says which marker it holds. The task is in the SST-2 layout
 (`sentence<TAB>label`, with a header), so `run_classifier.py --task=sst-2` reads it,
 and a model that learns anything at all scores near 100% on its dev set.
-
-    python -m fine_tune.demo --vocab_file=VOCAB --data_dir=/tmp/demo_task
-    python run_classifier.py --task=sst-2 --data_dir=/tmp/demo_task --vocab_file=VOCAB \
-        --init_checkpoint=... --do_train --do_eval --output_dir=/tmp/demo_run
 
 Example:
 >>> import os, tempfile
@@ -22,9 +18,7 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import os
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -60,17 +54,3 @@ def write_demo_task(
             handle.write("\n".join(rows) + "\n")
     return paths
 
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab_file", required=True)
-    parser.add_argument("--data_dir", required=True, help="Where train.tsv and dev.tsv go.")
-    parser.add_argument("--train_size", type=int, default=512)
-    parser.add_argument("--dev_size", type=int, default=128)
-    args = parser.parse_args(argv)
-    paths = write_demo_task(args.data_dir, args.vocab_file, args.train_size, args.dev_size)
-    print(f"wrote {paths['train']} and {paths['dev']}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""A small synthetic corpus and sentiment task that the quickstart writes for itself.
+"""A small synthetic corpus and sentiment task that quickstart.py writes for itself.
 
 The text is generated from a few templates, so it needs no download and no licence,
 and it has the structure both pre-training tasks need: each document keeps to one

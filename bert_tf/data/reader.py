@@ -11,7 +11,8 @@ dynamic masking.
   files work too (the masking is undone first with `masked_lm_ids`).
 
 The feature names (original `input_ids`/`segment_ids` or v2 `input_word_ids`/
-`input_type_ids`) and GZIP compression are detected from the first file.
+`input_type_ids`) and GZIP compression are detected from the first file
+(`bert_tf.data.schema` says what to look for).
 
 Example:
 >>> dataset = pretraining_dataset("out/train.tfrecord-*", batch_size=32, max_seq_length=128,
@@ -25,23 +26,28 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from bert_tf.data.schema import (
+    GOOGLE_CLS_ID,
+    GOOGLE_MASK_ID,
+    GOOGLE_SEP_ID,
+    INPUT_MASK,
+    KEEP_PROB,
+    MASK_PROB,
+    MASKED_LM_IDS,
+    MASKED_LM_POSITIONS,
+    MASKED_LM_PROB,
+    MASKED_LM_WEIGHTS,
+    NEXT_SENTENCE_LABELS,
+    V2_NAMES,
+    WORD_CONTINUATION,
+    FileFormat,
+    compression_of,
+    file_format,
+    model_name,
+)
 from bert_tf.errors import BertTfError
-from data_prep.tfrecord import masked_crc32c
 
-# Ids of [CLS], [SEP] and [MASK] in Google's vocabularies (uncased, cased, Chinese,
-# multilingual): the defaults of `pretraining_dataset`.
-GOOGLE_CLS_ID, GOOGLE_SEP_ID, GOOGLE_MASK_ID = 101, 102, 103
-MASK_PROB, KEEP_PROB = 0.8, 0.1
-
-
-@dataclass(frozen=True)
-class FileFormat:
-    """What the first record of a file set says about the set."""
-
-    compression: str  # "" or "GZIP"
-    v2_names: bool  # input_word_ids / input_type_ids
-    masked: bool  # has masked_lm_* features
-    word_continuation: bool  # has the word_continuation feature (whole-word, dynamic)
+INPUT_WORD_IDS = V2_NAMES.input_ids  # the parsed batches carry the model's names
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class DynamicMasking:
     """How `pretraining_dataset` masks when `dynamic_masking=True`."""
 
     vocab_size: int
-    masked_lm_prob: float = 0.15
+    masked_lm_prob: float = MASKED_LM_PROB
     mask_id: int = GOOGLE_MASK_ID
     cls_id: int = GOOGLE_CLS_ID
     sep_id: int = GOOGLE_SEP_ID
@@ -70,19 +76,10 @@ def list_files(file_patterns: str | Sequence[str]) -> list[str]:
     return sorted(files)
 
 
-def _is_gzip(path: str) -> bool:
-    # A plain TFRecord file starts with a length and its masked CRC; trust the gzip
-    # magic (1f 8b) only when that CRC does not check out.
-    with tf.io.gfile.GFile(path, "rb") as file:
-        head = file.read(12)
-    if head[:2] != b"\x1f\x8b":
-        return False
-    return len(head) < 12 or masked_crc32c(head[:8]) != int.from_bytes(head[8:12], "little")
-
-
 def detect_format(path: str) -> FileFormat:
     """Reads the first record of `path` to learn the feature names and compression."""
-    compression = "GZIP" if _is_gzip(path) else ""
+    with tf.io.gfile.GFile(path, "rb") as file:
+        compression = compression_of(file.read(12))
     try:
         first = next(iter(tf.data.TFRecordDataset(path, compression_type=compression).take(1)), None)
     except tf.errors.OpError as error:
@@ -90,51 +87,42 @@ def detect_format(path: str) -> FileFormat:
     if first is None:
         raise BertTfError(f"{path} holds no record; regenerate it with create_pretraining_data.py.")
     keys = set(tf.train.Example.FromString(first.numpy()).features.feature.keys())
-    if not ({"input_ids", "segment_ids"} <= keys or {"input_word_ids", "input_type_ids"} <= keys):
-        raise BertTfError(f"{path} is not BERT pre-training data (its features are {sorted(keys)}).")
-    return FileFormat(
-        compression=compression,
-        v2_names="input_word_ids" in keys,
-        masked="masked_lm_positions" in keys,
-        word_continuation="word_continuation" in keys,
-    )
+    return file_format(path, keys, compression)
 
 
 def _feature_spec(fmt: FileFormat, seq_length: int, predictions: int) -> dict[str, tf.io.FixedLenFeature]:
-    ids, types = ("input_word_ids", "input_type_ids") if fmt.v2_names else ("input_ids", "segment_ids")
     spec = {
-        ids: tf.io.FixedLenFeature([seq_length], tf.int64),
-        types: tf.io.FixedLenFeature([seq_length], tf.int64),
-        "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
-        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+        fmt.names.input_ids: tf.io.FixedLenFeature([seq_length], tf.int64),
+        fmt.names.segment_ids: tf.io.FixedLenFeature([seq_length], tf.int64),
+        INPUT_MASK: tf.io.FixedLenFeature([seq_length], tf.int64),
+        NEXT_SENTENCE_LABELS: tf.io.FixedLenFeature([1], tf.int64),
     }
     if fmt.masked:
-        spec["masked_lm_positions"] = tf.io.FixedLenFeature([predictions], tf.int64)
-        spec["masked_lm_ids"] = tf.io.FixedLenFeature([predictions], tf.int64)
-        spec["masked_lm_weights"] = tf.io.FixedLenFeature([predictions], tf.float32)
+        spec[MASKED_LM_POSITIONS] = tf.io.FixedLenFeature([predictions], tf.int64)
+        spec[MASKED_LM_IDS] = tf.io.FixedLenFeature([predictions], tf.int64)
+        spec[MASKED_LM_WEIGHTS] = tf.io.FixedLenFeature([predictions], tf.float32)
     if fmt.word_continuation:
-        spec["word_continuation"] = tf.io.FixedLenFeature([seq_length], tf.int64)
+        spec[WORD_CONTINUATION] = tf.io.FixedLenFeature([seq_length], tf.int64)
     return spec
 
 
 def _parse_batch(records: tf.Tensor, fmt: FileFormat, seq_length: int, predictions: int) -> dict[str, tf.Tensor]:
     """A batch of serialized examples -> the model's feature names, int32 (TPU-friendly)."""
     parsed = tf.io.parse_example(records, _feature_spec(fmt, seq_length, predictions))
-    renames = {"input_ids": "input_word_ids", "segment_ids": "input_type_ids"}
     return {
-        renames.get(name, name): tf.cast(value, tf.int32) if value.dtype == tf.int64 else value
+        model_name(name): tf.cast(value, tf.int32) if value.dtype == tf.int64 else value
         for name, value in parsed.items()
     }
 
 
 def _undo_static_masking(features: dict[str, tf.Tensor]) -> tf.Tensor:
     """The unmasked ids of statically masked instances (put `masked_lm_ids` back)."""
-    ids = features["input_word_ids"]
-    real = features["masked_lm_weights"] > 0
-    rows = tf.broadcast_to(tf.range(tf.shape(ids)[0])[:, None], tf.shape(features["masked_lm_positions"]))
-    indices = tf.stack([rows, features["masked_lm_positions"]], axis=-1)
+    ids = features[INPUT_WORD_IDS]
+    real = features[MASKED_LM_WEIGHTS] > 0
+    rows = tf.broadcast_to(tf.range(tf.shape(ids)[0])[:, None], tf.shape(features[MASKED_LM_POSITIONS]))
+    indices = tf.stack([rows, features[MASKED_LM_POSITIONS]], axis=-1)
     current = tf.gather_nd(ids, indices)
-    return tf.tensor_scatter_nd_update(ids, indices, tf.where(real, features["masked_lm_ids"], current))
+    return tf.tensor_scatter_nd_update(ids, indices, tf.where(real, features[MASKED_LM_IDS], current))
 
 
 def _choose_tokens(candidates: tf.Tensor, budget: tf.Tensor, predictions: int, seed: tf.Tensor) -> tf.Tensor:
@@ -182,14 +170,14 @@ def _mask_dynamically(
     features: dict[str, tf.Tensor], seed: tf.Tensor, masking: DynamicMasking, predictions: int
 ) -> dict[str, tf.Tensor]:
     """Fresh masked-LM predictions for a batch (see the module docstring)."""
-    ids = _undo_static_masking(features) if "masked_lm_ids" in features else features["input_word_ids"]
-    real_token = features["input_mask"] > 0
+    ids = _undo_static_masking(features) if MASKED_LM_IDS in features else features[INPUT_WORD_IDS]
+    real_token = features[INPUT_MASK] > 0
     candidates = real_token & tf.not_equal(ids, masking.cls_id) & tf.not_equal(ids, masking.sep_id)
     lengths = tf.reduce_sum(tf.cast(real_token, tf.float32), axis=1)
     budget = tf.cast(tf.clip_by_value(tf.round(lengths * masking.masked_lm_prob), 1, predictions), tf.int32)
     seeds = tf.random.experimental.stateless_split(seed, 3)
     if masking.whole_word:
-        chosen = _choose_whole_words(candidates, features["word_continuation"] > 0, budget, seeds[0])
+        chosen = _choose_whole_words(candidates, features[WORD_CONTINUATION] > 0, budget, seeds[0])
     else:
         chosen = _choose_tokens(candidates, budget, predictions, seeds[0])
     length = tf.shape(ids)[1]
@@ -208,13 +196,13 @@ def _mask_dynamically(
     indices = tf.stack([rows, positions], axis=-1)
     # Padding entries point at [CLS] (position 0) and write it back unchanged.
     masked_ids = tf.tensor_scatter_nd_update(ids, indices, tf.where(real, replacement, original))
-    out = {name: value for name, value in features.items() if name != "word_continuation"}
-    out.update(
-        input_word_ids=masked_ids,
-        masked_lm_positions=positions,
-        masked_lm_ids=tf.where(real, original, 0),
-        masked_lm_weights=tf.cast(real, tf.float32),
-    )
+    out = {name: value for name, value in features.items() if name != WORD_CONTINUATION}
+    out.update({
+        INPUT_WORD_IDS: masked_ids,
+        MASKED_LM_POSITIONS: positions,
+        MASKED_LM_IDS: tf.where(real, original, 0),
+        MASKED_LM_WEIGHTS: tf.cast(real, tf.float32),
+    })
     return out
 
 
@@ -227,7 +215,7 @@ def pretraining_dataset(
     is_training: bool = True,
     dynamic_masking: bool = False,
     vocab_size: int | None = None,
-    masked_lm_prob: float = 0.15,
+    masked_lm_prob: float = MASKED_LM_PROB,
     mask_id: int = GOOGLE_MASK_ID,
     cls_id: int = GOOGLE_CLS_ID,
     sep_id: int = GOOGLE_SEP_ID,

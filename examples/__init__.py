@@ -1,0 +1,1 @@
+"""Inputs the examples (quickstart.py) write for themselves: not part of the installed package."""

@@ -1,0 +1,95 @@
+"""CLUENER2020 through run_ner.py's `cluener` task, on slices of the shared release."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import keras
+import pytest
+
+from fine_tune.cluener import read_cluener, spans_of, spans_to_tags, tags_to_label
+from tests.conftest import shared_file
+from tests.test_fine_tune_tasks import error_of, fine_tune
+
+CHINESE = "vocab/google_zh_vocab.txt"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_keras_session():
+    yield
+    keras.backend.clear_session()
+
+
+def lines_of(name: str, start: int, count: int) -> list[str]:
+    lines = shared_file(f"zh/cluener2020/{name}").read_text(encoding="utf-8").splitlines()
+    return lines[start : start + count]
+
+
+def sorted_label(label: dict) -> dict:
+    return {kind: {entity: sorted(spans) for entity, spans in entities.items()} for kind, entities in label.items()}
+
+
+def test_gold_spans_survive_tags_and_back_exactly():
+    # Lines 1-1500 of train.json and all of dev.json (line 1507 of train.json nests a
+    # company in a book title, which flat tags cannot hold: see the next test).
+    lines = lines_of("train.json", 0, 1500) + lines_of("dev.json", 0, 1343)
+    entities = 0
+    for number, line in enumerate(lines, 1):
+        record = json.loads(line)
+        spans = spans_of(record["label"], record["text"], f"line {number}")
+        tags, nested = spans_to_tags(spans, len(record["text"]))
+        assert nested == 0
+        assert sorted_label(tags_to_label(tags, record["text"])) == sorted_label(record["label"]), line
+        entities += len(spans)
+    assert entities == 6525  # every [start, end] of those lines
+
+
+def test_nested_span_keeps_the_outer_entity(tmp_path):
+    path = tmp_path / "train.json"
+    path.write_text("\n".join(lines_of("train.json", 1506, 1)) + "\n", encoding="utf-8")
+    (record,), dropped = read_cluener(str(path))
+    text = "".join(record.words)
+    # The book title [15, 34] holds the companies 招商银行 [16, 19] and 永隆银行 [23, 26].
+    assert dropped == 2
+    assert tags_to_label(record.label, text) == {"book": {"《招商银行：投资永隆银行浮亏逾百亿港元》": [[15, 34]]}}
+
+
+def write_split(folder: pathlib.Path, name: str, lines: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_cluener_end_to_end_writes_predictions_in_its_format(tmp_path):
+    data = tmp_path / "cluener"
+    write_split(data, "train.json", lines_of("train.json", 0, 48))
+    write_split(data, "dev.json", lines_of("dev.json", 0, 16))
+    # CLUE's test file: an "id", no "label".
+    test = [json.dumps({"id": k, "text": json.loads(line)["text"]}, ensure_ascii=False)
+            for k, line in enumerate(lines_of("dev.json", 16, 8))]
+    write_split(data, "test.json", test)
+    out = tmp_path / "out"
+    report = fine_tune("ner", "cluener", data, out, "--do_train", "--do_eval", "--do_predict",
+                       "--learning_rate=3e-4", vocab=CHINESE)
+    assert {"B-name", "I-name", "B-company", "B-game", "B-organization"} <= set(report["labels"])
+    assert set(report["eval"]) == {"dev_precision", "dev_recall", "dev_f1"}
+    for name, source in [("dev", lines_of("dev.json", 0, 16)), ("test", test)]:
+        written = [json.loads(line) for line in (out / f"{name}_predictions.json").read_text("utf-8").splitlines()]
+        originals = [json.loads(line) for line in source]
+        assert [w["text"] for w in written] == [o["text"] for o in originals]
+        assert [w.get("id") for w in written] == [o.get("id") for o in originals]
+        # Every predicted span is its entity's text: the file reads back as CLUENER.
+        read_cluener(str(out / f"{name}_predictions.json"))
+
+
+def test_span_not_matching_its_entity_names_file_line_and_span(tmp_path, capsys):
+    lines = lines_of("train.json", 0, 3)
+    record = json.loads(lines[1])  # 生生不息CSOL生化狂潮让你填弹狂扫: game CSOL [4, 7]
+    record["label"]["game"] = {"CSOL": [[5, 8]]}
+    lines[1] = json.dumps(record, ensure_ascii=False)
+    write_split(tmp_path, "train.json", lines)
+    argv = ["--task=cluener", f"--data_dir={tmp_path}", f"--output_dir={tmp_path / 'out'}",
+            f"--vocab_file={shared_file(CHINESE)}", "--preset=tiny", "--do_train"]
+    message = error_of(capsys, "ner", argv)
+    assert f"{tmp_path / 'train.json'} line 2: the game span [5, 8] covers 'SOL生', not its entity 'CSOL'" in message
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
