@@ -37,7 +37,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from bert_tf.errors import BertTfError
-from fine_tune.progress import Progress
 
 FORMATS = (".txt", ".tsv", ".jsonl")
 
@@ -203,13 +202,13 @@ def predict_file(args: argparse.Namespace) -> int:
     """Writes the predictions of every input of `--input_file`; returns how many."""
     extension = _check(args)
     # Imported here: the flags are checked (and --help answered) without loading TensorFlow.
-    from fine_tune.predictor import load_task_model
+    from fine_tune.predictor import load_task_model, progress_bar
 
     model = load_task_model(args.model_dir, batch_size=args.batch_size, **settings_of(args.setting))
     directory = os.path.dirname(os.path.abspath(args.output_file))
     os.makedirs(directory, exist_ok=True)
     temporary = os.path.join(directory, f".{os.path.basename(args.output_file)}.tmp-{os.getpid()}")
-    progress = Progress(count_lines(args.input_file), "rows", min_rows=0)
+    progress = progress_bar(count_lines(args.input_file), "rows")
     written = truncated = 0
     try:
         with open(temporary, "w", encoding="utf-8") as output:
@@ -220,12 +219,12 @@ def predict_file(args: argparse.Namespace) -> int:
                                   for row, result in zip(chunk, results))
                 written += len(chunk)
                 truncated += cut
-                progress.update(chunk[-1].line - progress.done)  # lines read, blank ones included
+                progress.update(chunk[-1].line - progress.n)  # lines read, blank ones included
         os.replace(temporary, args.output_file)
     finally:
+        progress.close()
         if os.path.exists(temporary):
             os.remove(temporary)
-    progress.close()
     model.report_truncated(truncated, written)
     return written
 

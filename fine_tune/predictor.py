@@ -54,7 +54,6 @@ from bert_tf.tokenization import is_cjk, is_punctuation, is_whitespace
 from fine_tune import metrics
 from fine_tune.features import PairExample, PairFeaturiser
 from fine_tune.heads import Prediction
-from fine_tune.progress import Progress
 from fine_tune.run_dir import LoadedRun, load_run
 from fine_tune.squad.postprocess import SpanPrediction
 from fine_tune.squad.reader import Paragraph, SquadExample
@@ -228,6 +227,14 @@ def joined_spans(words: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
     return " ".join(words), spans
 
 
+def progress_bar(total: int, unit: str, enabled: bool = True):
+    """A progress bar on stderr (rows done, rows/s, time left), as bert-extract-features draws it."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=f" {unit}", file=sys.stderr, disable=not enabled, mininterval=1.0,
+                dynamic_ncols=True)
+
+
 def _count(number: int, what: str) -> str:
     return f"{number} {what}" + ("" if number == 1 else "s")
 
@@ -276,7 +283,7 @@ class TaskModel:
         error messages (default "input N"). Every row is checked before any is predicted."""
         sources = sources if sources is not None else [f"input {index}" for index in range(len(rows))]
         inputs = [self.example(row, where, index) for index, (row, where) in enumerate(zip(rows, sources))]
-        bar = Progress(len(inputs), "inputs", PROGRESS_MIN_ROWS) if progress else None
+        bar = progress_bar(len(inputs), "inputs", enabled=progress and len(inputs) >= PROGRESS_MIN_ROWS)
         results: list[Any] = []
         truncated = 0
         for start in range(0, len(inputs), INPUT_CHUNK):
@@ -287,10 +294,8 @@ class TaskModel:
             predictions = self.task.head.decode(examples, features, outputs, self.labels)
             results += [self.result(example, context, p) for (example, context), p in zip(chunk, predictions)]
             truncated += self.truncated(examples, features)
-            if bar is not None:
-                bar.update(len(chunk))
-        if bar is not None:
-            bar.close()
+            bar.update(len(chunk))
+        bar.close()
         return results, truncated
 
     def example(self, row: Any, where: str, index: int) -> tuple[Any, Any]:
