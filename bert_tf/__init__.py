@@ -25,6 +25,9 @@ _EXPORTS = {
     "BertTfError": "bert_tf.errors",
     "BertEncoder": "bert_tf.encoder",
     "BertPretrainer": "bert_tf.pretrainer",
+    # The one name from outside bert_tf: a finished fine-tuning run's model (fine_tune
+    # builds on bert_tf, so it is imported only when asked for).
+    "load_task_model": "fine_tune.predictor",
 }
 __all__ = list(_EXPORTS)
 

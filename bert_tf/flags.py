@@ -50,8 +50,9 @@ MIXED_PRECISION = ("none", "bf16", "fp16")
 
 @dataclasses.dataclass(frozen=True)
 class Flag:
-    """One flag: its type (`str`, `int`, `float`, `bool`, or a tuple of the enum's values),
-    default, help (what the flag does, one or two sentences) and alias names."""
+    """One flag: its type (`str`, `int`, `float`, `bool`, `list` (of strings: the flag may be
+    repeated), or a tuple of the enum's values), default, help (what the flag does, one or
+    two sentences) and alias names."""
 
     kind: type | tuple[str, ...]
     default: Any
@@ -63,7 +64,7 @@ class Flag:
             flags.DEFINE_enum(name, self.default, list(self.kind), self.help, flag_values=values)
         else:
             define = {str: flags.DEFINE_string, int: flags.DEFINE_integer, float: flags.DEFINE_float,
-                      bool: flags.DEFINE_bool}[self.kind]  # fmt: skip
+                      bool: flags.DEFINE_bool, list: flags.DEFINE_multi_string}[self.kind]  # fmt: skip
             define(name, self.default, self.help, flag_values=values)
         for alias in self.aliases:
             flags.DEFINE_alias(alias, name, flag_values=values)

@@ -115,14 +115,20 @@ def dataset(
 
     Shapes are [batch, None]: one traced step serves every batch length.
     """
-    lengths = features.lengths
-
     def batches() -> Iterator[dict[str, np.ndarray]]:
-        for rows in plan:
-            length = padded_length(int(lengths[rows].max()), max_seq_length, mode, multiple_of)
-            yield pad_batch(features, lengths, rows, length)
+        return padded_batches(features, plan, max_seq_length, mode, multiple_of)
 
     return tf.data.Dataset.from_generator(batches, output_signature=batch_signature(features)).prefetch(4)
+
+
+def padded_batches(
+    features: Features, plan: Sequence[np.ndarray], max_seq_length: int, mode: str, multiple_of: int = 8
+) -> Iterator[dict[str, np.ndarray]]:
+    """The padded NumPy batches of `plan`, one at a time (what `dataset` holds)."""
+    lengths = features.lengths
+    for rows in plan:
+        length = padded_length(int(lengths[rows].max()), max_seq_length, mode, multiple_of)
+        yield pad_batch(features, lengths, rows, length)
 
 
 def batch_signature(features: Features) -> dict[str, tf.TensorSpec]:

@@ -112,6 +112,8 @@ def max_context_masks(spans: Sequence[tuple[int, int]], num_tokens: int) -> list
     A token's score in a window is min(left context, right context) + 0.01 * window
     length; the first window with the highest score wins (ties go to the earlier one).
     """
+    if not spans:  # a context without any WordPiece (empty, or control characters only)
+        return []
     positions = np.arange(num_tokens)
     scores = np.full((len(spans), num_tokens), -np.inf)
     for index, (start, length) in enumerate(spans):

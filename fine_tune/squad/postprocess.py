@@ -49,10 +49,15 @@ class PostprocessConfig:
 
 @dataclasses.dataclass(frozen=True)
 class NbestEntry:
+    """A candidate answer; `start`/`end`: its character offsets in the context (None for
+    the null answer and the original's "empty" placeholder)."""
+
     text: str
     start_logit: float
     end_logit: float
     probability: float = 0.0
+    start: int | None = None
+    end: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,22 +107,33 @@ def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool, verbose:
     >>> get_final_text("nowhere", "Paris", do_lower_case=True)
     'Paris'
     """
+    start, end = final_text_span(pred_text, orig_text, do_lower_case, verbose)
+    return orig_text[start:end]
+
+
+def final_text_span(pred_text: str, orig_text: str, do_lower_case: bool, verbose: bool = False) -> tuple[int, int]:
+    """Where `get_final_text`'s answer lies in `orig_text`: its (start, end) character offsets.
+
+    >>> final_text_span("1895", "(1895-1943).", do_lower_case=True)
+    (1, 5)
+    """
+    whole = (0, len(orig_text))
     tok_text = " ".join(_basic_tokenizer(do_lower_case).tokenize(orig_text))
     start = tok_text.find(pred_text)
     if start == -1:
         _log(verbose, f"Unable to find text: '{pred_text}' in '{orig_text}'")
-        return orig_text
+        return whole
     end = start + len(pred_text) - 1
     orig_chars, orig_positions = _without_spaces(orig_text)
     tok_chars, tok_positions = _without_spaces(tok_text)
     if len(orig_chars) != len(tok_chars):
         _log(verbose, f"Length not equal after stripping spaces: '{orig_chars}' vs '{tok_chars}'")
-        return orig_text
+        return whole
     tok_to_char = {position: index for index, position in enumerate(tok_positions)}
     if start not in tok_to_char or end not in tok_to_char:
         _log(verbose, "Couldn't map start or end position")
-        return orig_text
-    return orig_text[orig_positions[tok_to_char[start]] : orig_positions[tok_to_char[end]] + 1]
+        return whole
+    return orig_positions[tok_to_char[start]], orig_positions[tok_to_char[end]] + 1
 
 
 _BASIC_TOKENIZERS: dict[bool, BasicTokenizer] = {}
@@ -144,10 +160,16 @@ def detokenize(tokens: Sequence[str]) -> str:
     return " ".join(text.strip().split())
 
 
-def span_text(example: SquadExample, window: Window, start: int, end: int, config: PostprocessConfig) -> str:
-    """The context text of the span `start..end` (row positions) of `window`."""
-    orig_text = example.paragraph.text(window.word(start), window.word(end))
-    return get_final_text(detokenize(window.tokens(start, end)), orig_text, config.do_lower_case, config.verbose_logging)
+def span_text(
+    example: SquadExample, window: Window, start: int, end: int, config: PostprocessConfig
+) -> tuple[str, int, int]:
+    """The context text of the span `start..end` (row positions) of `window`, and the
+    (start, end) character offsets in the context it comes from."""
+    first_word, last_word = window.word(start), window.word(end)
+    orig_text = example.paragraph.text(first_word, last_word)
+    pred_text = detokenize(window.tokens(start, end))
+    first, last = final_text_span(pred_text, orig_text, config.do_lower_case, config.verbose_logging)
+    return (orig_text[first:last], *example.paragraph.char_span(first_word, last_word, first, last))
 
 
 # === Candidates ===
@@ -228,13 +250,13 @@ def _nbest(
     for candidate in candidates:
         if len(nbest) >= config.n_best_size:
             break
-        text = ""
+        text, start, end = "", None, None
         if candidate.start > 0:  # not the null answer
-            text = span_text(example, windows[candidate.window], candidate.start, candidate.end, config)
+            text, start, end = span_text(example, windows[candidate.window], candidate.start, candidate.end, config)
             if text in seen:
                 continue
         seen.add(text)
-        nbest.append(NbestEntry(text, candidate.start_logit, candidate.end_logit))
+        nbest.append(NbestEntry(text, candidate.start_logit, candidate.end_logit, start=start, end=end))
     if config.version_2_with_negative and "" not in seen:
         nbest.append(NbestEntry("", null.start_logit, null.end_logit))
     if not nbest:

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import sys
@@ -84,6 +85,26 @@ class Paragraph:
         for index in range(first + 1, last + 1):
             pieces.append((" " if self.spaced[index] else "") + self.words[index])
         return "".join(pieces)
+
+    def char_span(self, first: int, last: int, start: int, end: int) -> tuple[int, int]:
+        """The context offsets of the characters `start:end` of `self.text(first, last)`
+        (neither end on a space that joins two words).
+
+        >>> paragraph = Paragraph.from_context("a  bc\\n\u5317\u4eac")
+        >>> paragraph.text(1, 3), paragraph.char_span(1, 3, 1, 5), paragraph.context[4:8]
+        ('bc \u5317\u4eac', (4, 8), 'c\\n\u5317\u4eac')
+        """
+        return self._context_offset(first, last, start), self._context_offset(first, last, end - 1) + 1
+
+    def _context_offset(self, first: int, last: int, position: int) -> int:
+        joined = 0
+        for index in range(first, last + 1):
+            joined += index > first and self.spaced[index]
+            if position < joined + len(self.words[index]):
+                # `char_to_word` never decreases: a word's first character is the first that maps to it.
+                return bisect.bisect_left(self.char_to_word, index) + position - joined
+            joined += len(self.words[index])
+        raise ValueError(f"position {position} is past words {first}..{last}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,246 @@
+"""`bert-predict`: a finished run's predictions for every line of a file, as JSON lines.
+
+    bert-predict --model_dir out/mrpc --input_file pairs.tsv --output_file predictions.jsonl
+
+`--model_dir` is the `--output_dir` of run_classifier.py, run_ner.py or run_squad.py.
+The input is read by its extension; what a line holds depends on the model:
+
+| model | .txt (a line) | .tsv (tab-separated, no header, no quoting) | .jsonl (an object a line) |
+|---|---|---|---|
+| classifier, regressor | one text | text_a, or text_a<TAB>text_b | {"text"} or {"text_a", "text_b"} |
+| tagger (NER) | one text | one text | {"text"}, or {"words": [...]} already split |
+| question answerer | - | question<TAB>context | {"question", "context"} |
+
+Every line of a .txt or .tsv file is an input (an empty line is an empty text, a valid
+input); blank lines of a .jsonl file are skipped. Each input gives one line of output,
+in input order: the prediction's fields (`fine_tune.predictor`: `label`, `label_id`,
+`probabilities`; `score`; `text`, `words`, `entities`; `text`, `start`, `end`, `score`,
+`has_answer`, `null_score_diff`), after the input's `"id"` when a .jsonl object has one.
+
+The file is streamed in chunks of `--chunk_size` inputs (memory stays bounded), with
+progress (rows/s, time left) on stderr; the output is written under a temporary name
+and renamed when complete, so a failure (a line that is not valid JSON, not UTF-8, of
+the wrong shape: file and line named) leaves no partial output. SQuAD 2.0 and other
+task flags the run does not record go in `--setting name=value` (e.g.
+`--setting version_2_with_negative=true`).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from absl.flags import FlagValues
+
+from bert_tf.errors import BertTfError
+from bert_tf.flags import Flag, flag_values, require, run_main
+
+FORMATS = (".txt", ".tsv", ".jsonl")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One input: its line and where it is (for messages), the model's input, the id to copy to the output."""
+
+    line: int
+    source: str
+    value: Any
+    id: Any = None
+
+
+# === Flags ===
+FLAGS = flag_values(
+    "input_file", "output_file",
+    own={
+        "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py, run_ner.py or run_squad.py run."),
+        "batch_size": Flag(int, 32, "Rows per forward pass."),
+        "chunk_size": Flag(int, 1024, "Inputs read, predicted and written at a time."),
+        "setting": Flag(list, [], "NAME=VALUE: a field of the run's task config to change, e.g. "
+                        "null_score_diff_threshold=-1.5 (repeatable)."),
+    },
+)  # fmt: skip
+
+
+def settings_of(pairs: Sequence[str]) -> dict[str, Any]:
+    """`--setting name=value` values; the value is read as JSON when it is JSON (true, -1.5), else a string.
+
+    >>> settings_of(["version_2_with_negative=true", "null_score_diff_threshold=-1.5", "label_scheme=iob2"])
+    {'version_2_with_negative': True, 'null_score_diff_threshold': -1.5, 'label_scheme': 'iob2'}
+    """
+    settings = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            raise BertTfError(f"--setting {pair!r} is not NAME=VALUE.")
+        try:
+            settings[name] = json.loads(value)
+        except json.JSONDecodeError:
+            settings[name] = value
+    return settings
+
+
+def _check(args: FlagValues) -> str:
+    require(args, "model_dir", "input_file", "output_file")
+    extension = os.path.splitext(args.input_file)[1].lower()
+    if extension not in FORMATS:
+        raise BertTfError(f"--input_file {args.input_file} must end in {', '.join(FORMATS)}, which say how to read it.")
+    if not os.path.isfile(args.input_file):
+        raise BertTfError(f"--input_file {args.input_file} does not exist.")
+    for flag in ("batch_size", "chunk_size"):
+        if getattr(args, flag) < 1:
+            raise BertTfError(f"--{flag} must be positive, got {getattr(args, flag)}.")
+    if os.path.isdir(args.output_file):
+        raise BertTfError(f"--output_file {args.output_file} is a folder; give a file name.")
+    return extension
+
+
+# === Reading ===
+def _lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, text without its line end) of every line; a `BertTfError` at a line that is not UTF-8."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise BertTfError(f"{path} line {number} is not UTF-8 text ({error.reason} at byte {error.start} "
+                                  "of the line); convert the file to UTF-8.") from None
+            yield number, text.rstrip("\r\n")
+
+
+def count_lines(path: str) -> int:
+    with open(path, "rb") as handle:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b"")) + _unterminated(path)
+
+
+def _unterminated(path: str) -> int:
+    """1 when the file's last line has no line end (it still is a line)."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() == 0:
+            return 0
+        handle.seek(-1, os.SEEK_END)
+        return int(handle.read(1) != b"\n")
+
+
+def _json_field(record: dict[str, Any], key: str, source: str) -> Any:
+    if key not in record:
+        raise BertTfError(f"{source} has no \"{key}\" field.")
+    return record[key]
+
+
+def read_rows(path: str, extension: str, kind: str) -> Iterator[Row]:
+    """The inputs of `path` for a model of `kind` ("classifier", "tagger", "question answerer", ...)."""
+    for number, text in _lines(path):
+        source = f"{path} line {number}"
+        if extension == ".jsonl":
+            if not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise BertTfError(f"{source} is not valid JSON ({error.msg} at column {error.colno}); "
+                                  "each line must be one JSON object.") from None
+            if not isinstance(record, dict):
+                raise BertTfError(f"{source} is a JSON {type(record).__name__}, not an object.")
+            yield Row(number, source, _json_input(record, source, kind), record.get("id"))
+        elif extension == ".tsv":
+            cells = next(csv.reader([text], delimiter="\t", quotechar=None)) if text else [""]
+            yield Row(number, source, _tsv_input(cells, source, kind))
+        else:
+            if kind == "question answerer":
+                raise BertTfError(f"{path}: a question answerer needs a question and a context per line; "
+                                  "use a .tsv (question<TAB>context) or .jsonl ({\"question\", \"context\"}) file.")
+            yield Row(number, source, text)
+
+
+def _json_input(record: dict[str, Any], source: str, kind: str) -> Any:
+    if kind == "question answerer":
+        return (_json_field(record, "question", source), _json_field(record, "context", source))
+    if kind == "tagger" and "words" in record:
+        words = record["words"]
+        if not isinstance(words, list):
+            raise BertTfError(f"{source}: \"words\" must be a list of strings.")
+        return tuple(words)
+    if "text_a" in record:
+        return (record["text_a"], record["text_b"]) if "text_b" in record else record["text_a"]
+    if "text" not in record:
+        expected = '"text" (or "words")' if kind == "tagger" else '"text" or "text_a" (and "text_b")'
+        raise BertTfError(f"{source} has no {expected} field.")
+    return record["text"]
+
+
+def _tsv_input(cells: list[str], source: str, kind: str) -> Any:
+    wanted = {"question answerer": (2,), "tagger": (1,)}.get(kind, (1, 2))
+    if len(cells) not in wanted:
+        what = {"question answerer": "question<TAB>context", "tagger": "one text (no tab)"}.get(
+            kind, "text_a or text_a<TAB>text_b")
+        raise BertTfError(f"{source} has {len(cells)} tab-separated columns; a {kind} reads {what}.")
+    return cells[0] if len(cells) == 1 else tuple(cells)
+
+
+def chunks(rows: Iterator[Row], size: int) -> Iterator[list[Row]]:
+    chunk: list[Row] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+# === Writing ===
+def record_of(row: Row, result: Any) -> dict[str, Any]:
+    fields = dataclasses.asdict(result)
+    return {"id": row.id, **fields} if row.id is not None else fields
+
+
+def predict_file(args: FlagValues) -> int:
+    """Writes the predictions of every input of `--input_file`; returns how many."""
+    extension = _check(args)
+    # Imported here: the flags are checked (and --help answered) without loading TensorFlow.
+    from fine_tune.predictor import load_task_model, progress_bar
+
+    model = load_task_model(args.model_dir, batch_size=args.batch_size, **settings_of(args.setting))
+    directory = os.path.dirname(os.path.abspath(args.output_file))
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".{os.path.basename(args.output_file)}.tmp-{os.getpid()}")
+    progress = progress_bar(count_lines(args.input_file), "rows")
+    written = truncated = 0
+    try:
+        with open(temporary, "w", encoding="utf-8") as output:
+            for chunk in chunks(read_rows(args.input_file, extension, model.kind), args.chunk_size):
+                results, cut = model.predict_rows([row.value for row in chunk], [row.source for row in chunk],
+                                                  progress=False)
+                output.writelines(json.dumps(record_of(row, result), ensure_ascii=False) + "\n"
+                                  for row, result in zip(chunk, results))
+                written += len(chunk)
+                truncated += cut
+                progress.update(chunk[-1].line - progress.n)  # lines read, blank ones included
+        os.replace(temporary, args.output_file)
+    finally:
+        progress.close()
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    model.report_truncated(truncated, written)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """bert-predict (`argv` without the program name): exit status 0, or 1 after one
+    `error: ...` line on stderr."""
+    return run_main(FLAGS, argv, __doc__, _predict)
+
+
+def _predict(args: FlagValues) -> None:
+    written = predict_file(args)
+    print(f"Wrote {written} predictions to {args.output_file}.", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""A finished fine-tuning run read back from its output dir: the task, its tokenizer and the Keras task model.
+
+`run_classifier.py`, `run_ner.py` and `run_squad.py` (`fine_tune.cli`) leave in `--output_dir`:
+
+- `bert_config.json` and `vocab.txt`: the encoder and its vocabulary;
+- `fine_tune.json`: the task's typed config, the run's config and the labels
+  (`fine_tune.registry.run_record`);
+- `model.weights.h5` (the end of training) and, when the dev set was scored while
+  training, `best/model.weights.h5` (the best dev score; preferred, as
+  `--use_best_checkpoint` does).
+
+`load_run` rebuilds the task exactly as the run script does for `--do_predict`
+(`registry.task_from_run_dir`), with any task settings given as overrides (e.g. a
+SQuAD 2.0 run's `null_score_diff_threshold`).
+
+Example:
+>>> load_run("/nonexistent")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+bert_tf.errors.BertTfError: /nonexistent is not a folder; give the --output_dir of a run_classifier.py, run_ner.py or run_squad.py run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import keras
+
+from bert_tf.config import BertConfig
+from bert_tf.encoder import BertEncoder
+from bert_tf.errors import BertTfError
+from bert_tf.tokenization import FullTokenizer
+from fine_tune import cli, registry
+from fine_tune.config import RunConfig, TaskConfig
+from fine_tune.task import Task
+from fine_tune.trainer import BEST_DIR, WEIGHTS_NAME, fine_tuned_weights
+
+RUN_SCRIPTS = "run_classifier.py, run_ner.py or run_squad.py"
+
+
+@dataclasses.dataclass
+class LoadedRun:
+    """A run's task model, ready to predict.
+
+    Args:
+        run_dir: the output dir it came from.
+        family: the command it belongs to: "classifier", "ner" or "squad".
+        task: the `Task` (featuriser, head, ...) built as the run script builds it.
+        task_config: the task's typed config (with the overrides it was loaded with).
+        run_config: the run's config as trained (phases off).
+        labels: the label names, in the order of the model's outputs (empty: a
+            regression or SQuAD model).
+        config: the encoder config.
+        tokenizer: the run's tokenizer.
+        model: the Keras task model with the fine-tuned weights.
+        weights: the weights file that was loaded.
+    """
+
+    run_dir: str
+    family: str
+    task: Task
+    task_config: TaskConfig
+    run_config: RunConfig
+    labels: tuple[str, ...]
+    config: BertConfig
+    tokenizer: FullTokenizer
+    model: keras.Model
+    weights: str
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.run_config.max_seq_length
+
+
+def _not_a_run(run_dir: str, what: str) -> BertTfError:
+    return BertTfError(f"{run_dir} is not a finished fine-tuning run ({what}); give the --output_dir of a "
+                       f"{RUN_SCRIPTS} run that trained (--do_train).")
+
+
+def _file(run_dir: str, name: str) -> str:
+    path = os.path.join(run_dir, name)
+    if not os.path.isfile(path):
+        raise _not_a_run(run_dir, f"{name} is missing")
+    return path
+
+
+def _task(run_dir: str, settings: dict[str, Any]) -> tuple[Task, TaskConfig, RunConfig, dict[str, Any]]:
+    """The run's task, rebuilt with `settings` overriding fields of its typed config."""
+    path = _file(run_dir, registry.RUN_FILE)
+    try:
+        task, task_config, run_config, record = registry.task_from_run_dir(run_dir)
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
+        raise BertTfError(f"{path} is damaged ({type(error).__name__}: {error}); rerun the training that wrote it.") \
+            from None
+    if not settings:
+        return task, task_config, run_config, record
+    fields = {field.name for field in dataclasses.fields(task_config)} - {"task", "data_dir"}
+    unknown = sorted(set(settings) - fields)
+    if unknown:
+        raise BertTfError(f"{unknown[0]!r} is not a setting of {task.name} models; their settings are "
+                          f"{', '.join(sorted(fields)) or 'none'}.")
+    task_config = dataclasses.replace(task_config, **settings)
+    return registry.build_task(task_config, run_config), task_config, run_config, record
+
+
+def load_run(run_dir: str | os.PathLike, prefer_best: bool = True, **settings: Any) -> LoadedRun:
+    """The task model of a finished run, with its fine-tuned weights.
+
+    Args:
+        run_dir: the `--output_dir` of a `run_classifier.py`, `run_ner.py` or
+            `run_squad.py` run that trained.
+        prefer_best: load `best/` when the run kept it (as `--use_best_checkpoint`).
+        **settings: fields of the task's config to change, by name (e.g.
+            `null_score_diff_threshold=-1.5`).
+
+    Raises `BertTfError` for a folder that is not a finished run (a missing or
+    damaged file, weights that do not fit the config).
+    """
+    run_dir = os.fspath(run_dir)
+    if not os.path.isdir(run_dir):
+        raise BertTfError(f"{run_dir} is not a folder; give the --output_dir of a {RUN_SCRIPTS} run.")
+    task, task_config, run_config, record = _task(run_dir, settings)
+    labels = tuple(str(label) for label in record.get("labels", ()))
+    config = BertConfig.from_json_file(_file(run_dir, cli.CONFIG_FILE))
+    tokenizer = FullTokenizer(_file(run_dir, cli.VOCAB_FILE), do_lower_case=run_config.do_lower_case)
+    weights = fine_tuned_weights(run_dir, prefer_best=prefer_best)
+    if weights is None:
+        raise _not_a_run(run_dir, f"neither {WEIGHTS_NAME} nor {BEST_DIR}/{WEIGHTS_NAME} is there")
+    model = task.head.build(BertEncoder(config), max(len(labels), 1), config.hidden_dropout_prob)
+    try:
+        model.load_weights(weights)
+    except (ValueError, OSError) as error:
+        raise BertTfError(f"{weights} does not fit the model of {cli.CONFIG_FILE} and {registry.RUN_FILE} beside "
+                          f"it ({str(error).splitlines()[0]}); the run dir's files come from different runs.") from None
+    return LoadedRun(run_dir, task_config.family, task, task_config, run_config, labels, config, tokenizer, model,
+                     weights)
