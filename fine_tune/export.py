@@ -1,0 +1,175 @@
+"""`bert-export`: a fine-tuned run as one SavedModel, raw text in, the task's answer out.
+
+    bert-export --model_dir out/mrpc --export_dir export/mrpc [--overwrite]
+
+The SavedModel's `serving_default` signature takes strings (TF Serving's JSON or
+gRPC requests, or `tf.saved_model.load` in any Python with `tensorflow` and
+`tensorflow_text`; nothing of this repository is needed to run it):
+
+| task | inputs | outputs |
+|---|---|---|
+| classification | `text_a` (+ `text_b` for pair tasks) | `label` (string), `label_id` (int32), `probabilities` (float32 [batch, labels]) |
+| regression (STS-B) | the same | `score` (float32) |
+
+Tokenization (`bert_tf.preprocessing.BertPreprocessor`, the run's vocabulary, casing and
+`max_seq_length`, truncation as in training) is inside the graph. The vocabulary, the
+label names (`labels.txt`, one a line, in label-id order) and `bert_export.json` (task,
+labels, inputs) are the SavedModel's assets. Load it with `import tensorflow_text`
+first: its ops must be registered ("Op type not registered 'RegexSplitWithOffsets'"
+otherwise).
+
+The export is written to a temporary folder beside `--export_dir` and renamed when
+complete; an existing `--export_dir` is replaced only with `--overwrite`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+from bert_tf.errors import BertTfError
+from bert_tf.preprocessing import BertPreprocessor
+from fine_tune import registry
+from fine_tune.run_dir import FineTunedRun, load_run
+
+SIGNATURE = "serving_default"
+EXPORT_INFO = "bert_export.json"
+LABELS_FILE = "labels.txt"
+
+
+# === What the task takes ===
+def task_inputs(run: FineTunedRun, pair: bool | None) -> tuple[str, ...]:
+    """("text_a",) or ("text_a", "text_b"): from the task's files' layout, or `pair` when given."""
+    if pair is None:
+        try:
+            layouts = registry.get_task(run.task, run.family, None).reader.layouts
+            pair = next(iter(layouts.values()))[0].text_b is not None
+        except (AttributeError, TypeError):  # A task made from flags (e.g. `tsv`) needs them to say.
+            raise BertTfError(
+                f"The run in {run.run_dir} is of --task={run.task}, whose input columns come from its flags; "
+                "say --pair (text_a and text_b) or --single (text_a only)."
+            ) from None
+    return ("text_a", "text_b") if pair else ("text_a",)
+
+
+# === The exported module ===
+class ClassifierExport(tf.Module):
+    """Strings to label, label id and probabilities (or a score), as one module to save."""
+
+    def __init__(self, run: FineTunedRun, inputs: tuple[str, ...], assets_dir: str):
+        super().__init__(name="bert_classifier")
+        self.preprocessor = BertPreprocessor(
+            run.vocab_file, run.do_lower_case, run.max_seq_length, padding="longest"
+        )
+        self.model = run.model
+        self.regression = run.is_regression
+        self.vocab_file = tf.saved_model.Asset(run.vocab_file)
+        info = {"task": run.task, "family": run.family, "labels": list(run.labels), "inputs": list(inputs),
+                "do_lower_case": run.do_lower_case, "max_seq_length": run.max_seq_length}
+        self.info_file = tf.saved_model.Asset(_write(assets_dir, EXPORT_INFO, json.dumps(info, indent=2) + "\n"))
+        if not self.regression:
+            self.labels_file = tf.saved_model.Asset(_write(assets_dir, LABELS_FILE, "".join(f"{l}\n" for l in run.labels)))
+            initializer = tf.lookup.TextFileInitializer(
+                self.labels_file, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER,
+                tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
+            )
+            self.label_names = tf.lookup.StaticHashTable(initializer, default_value="")
+        specs = [tf.TensorSpec([None], tf.string, name=name) for name in inputs]
+        if len(inputs) == 2:
+            self.serve = tf.function(lambda text_a, text_b: self.answer([text_a, text_b]), input_signature=specs)
+        else:
+            self.serve = tf.function(lambda text_a: self.answer([text_a]), input_signature=specs)
+
+    def answer(self, texts: list[tf.Tensor]) -> dict[str, tf.Tensor]:
+        outputs = self.model(self.preprocessor(texts), training=False)
+        if self.regression:
+            return {"score": outputs[:, 0]}
+        label_id = tf.argmax(outputs, axis=-1, output_type=tf.int32)
+        return {
+            "label": self.label_names.lookup(tf.cast(label_id, tf.int64)),
+            "label_id": label_id,
+            "probabilities": tf.nn.softmax(outputs, axis=-1),
+        }
+
+
+def _write(folder: str, name: str, text: str) -> str:
+    path = os.path.join(folder, name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
+
+
+# === Writing ===
+def check_export_dir(export_dir: str, overwrite: bool) -> None:
+    """Refuses an existing `--export_dir` without `--overwrite` (and a file in its place always)."""
+    if os.path.isfile(export_dir):
+        raise BertTfError(f"--export_dir {export_dir} is a file; give a folder path for the SavedModel.")
+    if os.path.exists(export_dir) and not overwrite:
+        raise BertTfError(f"--export_dir {export_dir} already exists; pass --overwrite to replace it.")
+
+
+def save_atomically(module: tf.Module, export_dir: str, signatures: dict) -> None:
+    """`tf.saved_model.save` to a temporary folder beside `export_dir`, renamed to it when complete."""
+    export_dir = os.path.abspath(export_dir)
+    parent = os.path.dirname(export_dir)
+    os.makedirs(parent, exist_ok=True)
+    temporary = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(export_dir)}.tmp-")
+    os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide the model from a serving user.
+    try:
+        tf.saved_model.save(module, temporary, signatures=signatures)
+        if os.path.exists(export_dir):
+            old = temporary + ".old"
+            os.rename(export_dir, old)
+            os.rename(temporary, export_dir)
+            shutil.rmtree(old)
+        else:
+            os.rename(temporary, export_dir)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def export(model_dir: str, export_dir: str, overwrite: bool = False, pair: bool | None = None) -> str:
+    """Exports the fine-tuned run in `model_dir` to `export_dir`; returns the export's path."""
+    check_export_dir(export_dir, overwrite)
+    run = load_run(model_dir, families=("classifier",))
+    inputs = task_inputs(run, pair)
+    with tempfile.TemporaryDirectory() as assets_dir:
+        module = ClassifierExport(run, inputs, assets_dir)
+        save_atomically(module, export_dir, {SIGNATURE: module.serve})
+    return export_dir
+
+
+# === Command line ===
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model_dir", required=True, help="The --output_dir of a fine-tuning run.")
+    parser.add_argument("--export_dir", required=True, help="Where the SavedModel goes (a new folder).")
+    parser.add_argument("--overwrite", action="store_true", help="Replace an existing --export_dir.")
+    inputs = parser.add_mutually_exclusive_group()
+    inputs.add_argument("--pair", dest="pair", action="store_true", default=None,
+                        help="The task takes text_a and text_b (default: from the task; needed for --task=tsv).")
+    inputs.add_argument("--single", dest="pair", action="store_false", help="The task takes text_a only.")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`bert-export`: prints a `BertTfError` as one line on stderr (exit status 1)."""
+    args = parse_args(argv)
+    try:
+        path = export(args.model_dir, args.export_dir, args.overwrite, args.pair)
+    except BertTfError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"exported {args.model_dir} to {path} (signature {SIGNATURE}).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

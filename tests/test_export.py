@@ -1,0 +1,153 @@
+"""`fine_tune.export` (`bert-export`): a tiny model fine-tuned for a few steps, exported, then run
+in a fresh `python -I` that can import only tensorflow and tensorflow_text, against the Keras model."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from bert_tf.tokenization import FullTokenizer
+from fine_tune.cli import parse_args, run
+from fine_tune.export import main
+from fine_tune.features import PairExample, PairFeaturiser
+from fine_tune.heads import softmax
+from fine_tune.run_dir import load_run
+from tests.conftest import shared_file
+
+UNCASED = "vocab/google_uncased_en_vocab.txt"
+# Loads the export with nothing of this repository importable, and prints its answers as JSON.
+FRESH_SCRIPT = """
+import importlib.util, json, sys
+for name in ("bert_tf", "fine_tune", "data_prep", "bench"):
+    assert importlib.util.find_spec(name) is None, name + " is importable"
+import tensorflow as tf
+import tensorflow_text  # registers the tokenizer's ops
+export_dir, requests = sys.argv[1], json.load(open(sys.argv[2], encoding="utf-8"))
+serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+outputs = serve(**{name: tf.constant(texts) for name, texts in requests.items()})
+print(json.dumps({name: value.numpy().tolist() if value.dtype != tf.string else
+                  [v.decode("utf-8") for v in value.numpy()] for name, value in outputs.items()}))
+"""
+
+
+def fine_tune(task: str, data: pathlib.Path, out: pathlib.Path, rows: dict[str, list[str]]) -> None:
+    data.mkdir(parents=True, exist_ok=True)
+    for split, lines in rows.items():
+        (data / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run(parse_args("classifier", [
+        f"--task={task}", f"--data_dir={data}", f"--output_dir={out}", f"--vocab_file={shared_file(UNCASED)}",
+        "--preset=tiny", "--max_seq_length=32", "--train_batch_size=16", "--num_train_epochs=1",
+        "--learning_rate=1e-3", "--do_train",
+    ]))
+    keras.backend.clear_session()
+
+
+def glue_rows(folder: str, count: int) -> list[str]:
+    return shared_file(f"glue/{folder}/train.tsv").read_text(encoding="utf-8-sig").splitlines()[: count + 1]
+
+
+@pytest.fixture(scope="module")
+def mrpc(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
+    """(run dir, export dir) of MRPC fine-tuned for 3 steps on 48 real pairs."""
+    root = tmp_path_factory.mktemp("mrpc")
+    fine_tune("mrpc", root / "data", root / "run", {"train": glue_rows("MRPC", 48)})
+    assert main([f"--model_dir={root / 'run'}", f"--export_dir={root / 'export'}"]) == 0
+    return root / "run", root / "export"
+
+
+def keras_probabilities(run_dir: pathlib.Path, pairs: list[tuple[str, str]]) -> np.ndarray:
+    """The Keras task model on the featuriser's ids (run_classifier.py's path)."""
+    loaded = load_run(str(run_dir))
+    tokenizer = FullTokenizer(loaded.vocab_file, do_lower_case=loaded.do_lower_case)
+    examples = [PairExample(str(i), a, b, None) for i, (a, b) in enumerate(pairs)]
+    features = PairFeaturiser()(examples, tokenizer, loaded.max_seq_length, loaded.labels)
+    length = max(features.lengths)
+    ids, types, mask = (np.zeros((len(pairs), length), np.int32) for _ in range(3))
+    for row, (w, t) in enumerate(zip(features.sequences["input_word_ids"], features.sequences["input_type_ids"])):
+        ids[row, : len(w)], types[row, : len(t)], mask[row, : len(w)] = w, t, 1
+    logits = loaded.model({"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}, training=False)
+    return softmax(np.asarray(logits))
+
+
+def run_fresh(export_dir: pathlib.Path, requests: dict[str, list[str]], tmp_path: pathlib.Path) -> dict:
+    folder = tmp_path / "fresh"
+    folder.mkdir()
+    (folder / "check.py").write_text(FRESH_SCRIPT, encoding="utf-8")
+    (folder / "requests.json").write_text(json.dumps(requests), encoding="utf-8")
+    result = subprocess.run([sys.executable, "-I", "check.py", str(export_dir), "requests.json"], cwd=folder,
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_export_answers_as_the_keras_model_in_a_fresh_python(mrpc, tmp_path):
+    run_dir, export_dir = mrpc
+    dev = [line.split("\t") for line in glue_rows("MRPC", 24)[1:]]
+    pairs = [(row[3], row[4]) for row in dev]
+    long = " ".join(["a very long sentence that must be truncated"] * 20)
+    pairs += [("", ""), ("Héllo wörld, naïve café!", "中文 text\u00a0with odd spaces"), (long, long), (long, "short")]
+    answers = run_fresh(export_dir, {"text_a": [a for a, _ in pairs], "text_b": [b for _, b in pairs]}, tmp_path)
+    expected = keras_probabilities(run_dir, pairs)
+    np.testing.assert_allclose(answers["probabilities"], expected, atol=1e-5)
+    labels = load_run(str(run_dir)).labels
+    assert answers["label_id"] == expected.argmax(axis=1).tolist()
+    assert answers["label"] == [labels[i] for i in expected.argmax(axis=1)]
+    assert sorted((export_dir / "assets").iterdir()) == sorted(
+        export_dir / "assets" / name for name in ("bert_export.json", "labels.txt", "vocab.txt"))
+    assert (export_dir / "assets" / "labels.txt").read_text().split() == list(labels)
+
+
+def test_saved_model_cli_lists_string_inputs(mrpc):
+    cli = shutil.which("saved_model_cli", path=os.path.dirname(sys.executable))
+    shown = subprocess.run([cli, "show", "--dir", str(mrpc[1]), "--all"], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}).stdout
+    signature = shown[shown.index("signature_def['serving_default']"):]
+    for name in ("text_a", "text_b"):
+        assert f"inputs['{name}'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in signature
+    for name, dtype in (("label", "DT_STRING"), ("label_id", "DT_INT32"), ("probabilities", "DT_FLOAT")):
+        assert f"outputs['{name}'] tensor_info:\n        dtype: {dtype}" in signature
+
+
+def test_an_existing_export_dir_needs_overwrite(mrpc, capsys):
+    run_dir, export_dir = mrpc
+    before = (export_dir / "saved_model.pb").stat().st_mtime_ns
+    assert main([f"--model_dir={run_dir}", f"--export_dir={export_dir}"]) == 1
+    assert capsys.readouterr().err == f"error: --export_dir {export_dir} already exists; pass --overwrite to replace it.\n"
+    assert (export_dir / "saved_model.pb").stat().st_mtime_ns == before
+    assert main([f"--model_dir={run_dir}", f"--export_dir={export_dir}", "--overwrite"]) == 0
+    assert (export_dir / "saved_model.pb").stat().st_mtime_ns != before
+    assert sorted(p.name for p in export_dir.parent.iterdir()) == ["data", "export", "run"]  # no temporary left
+
+
+def test_bad_model_dirs_are_one_sentence(mrpc, tmp_path, capsys):
+    run_dir = mrpc[0]
+
+    def error(model_dir) -> str:
+        assert main([f"--model_dir={model_dir}", f"--export_dir={tmp_path / 'export'}"]) == 1
+        assert not (tmp_path / "export").exists()
+        return capsys.readouterr().err
+
+    assert "is not a folder" in error(tmp_path / "nothing")
+    incomplete = tmp_path / "incomplete"
+    shutil.copytree(run_dir, incomplete, ignore=shutil.ignore_patterns("*.h5", "checkpoints"))
+    assert error(incomplete) == (f"error: --model_dir {incomplete} is not a finished fine-tuning run "
+                                 "(model.weights.h5 missing); give the --output_dir of a run with --do_train.\n")
+    ner = tmp_path / "ner"
+    shutil.copytree(run_dir, ner)
+    (ner / "fine_tune.json").write_text(json.dumps({"task": "conll2003", "labels": ["O", "B-PER"],
+                                                    "do_lower_case": False, "max_seq_length": 32}))
+    assert "holds a ner model (task conll2003); this needs one of: classifier." in error(ner)
+    (ner / "fine_tune.json").write_text("{not json")
+    assert "cannot be read as a fine-tuning run's settings" in error(ner)
+    (ner / "fine_tune.json").write_text(json.dumps({"task": "mrpc", "labels": ["0", "1", "2"],
+                                                    "do_lower_case": True, "max_seq_length": 32}))
+    assert "do not fit the model" in error(ner)
