@@ -182,13 +182,14 @@ class BertPreprocessor(keras.layers.Layer):
         return self.tokenize_with_offsets(texts)[0]
 
     # --- Packing ---
-    def packed_length(self, lengths: tf.Tensor) -> tf.Tensor:
-        """The padded length of a batch whose rows are `lengths` long."""
+    def packed_length(self, lengths: tf.Tensor, seq_length: int | tf.Tensor) -> tf.Tensor:
+        """The padded length of a batch whose rows are `lengths` long (at most `seq_length`)."""
+        seq_length = tf.cast(seq_length, tf.int32)
         if self.padding == "fixed":
-            return tf.constant(self.seq_length, tf.int32)
+            return seq_length
         multiple = self.pad_to_multiple_of
         longest = tf.cast(tf.reduce_max(tf.concat([[0], lengths], axis=0)), tf.int32)
-        return tf.minimum(self.seq_length, (longest + multiple - 1) // multiple * multiple)
+        return tf.minimum(seq_length, (longest + multiple - 1) // multiple * multiple)
 
     def pack(
         self,
@@ -217,7 +218,7 @@ class BertPreprocessor(keras.layers.Layer):
         # Segment ids: 0 up to the first [SEP], 1 after it.
         segment_ids = [tf.ones_like(k) * index for index, k in enumerate(kept)]
         type_ids = _packed(segment_ids, 0, range(len(kept)))
-        length = self.packed_length(tf.cast(word_ids.row_lengths(), tf.int32))
+        length = self.packed_length(tf.cast(word_ids.row_lengths(), tf.int32), seq_length)
         shape = tf.stack([word_ids.nrows(out_type=tf.int32), length])
         outputs = {
             "input_word_ids": word_ids.to_tensor(self.pad_id, shape=shape),

@@ -18,8 +18,10 @@ labels, inputs) are the SavedModel's assets. Load it with `import tensorflow_tex
 first: its ops must be registered ("Op type not registered 'RegexSplitWithOffsets'"
 otherwise).
 
-The export is written to a temporary folder beside `--export_dir` and renamed when
-complete; an existing `--export_dir` is replaced only with `--overwrite`.
+`--hub_dir` also writes the fine-tuned encoder and its preprocessing as two SavedModels
+in TF Hub's BERT layout (`bert_tf.hub_export`). Every export is written to a temporary
+folder beside its destination and renamed when complete; an existing destination is
+replaced only with `--overwrite`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -35,6 +36,8 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from bert_tf.errors import BertTfError
+from bert_tf import hub_export
+from bert_tf.hub_export import save_atomically
 from bert_tf.preprocessing import BertPreprocessor
 from fine_tune import registry
 from fine_tune.run_dir import FineTunedRun, load_run
@@ -115,34 +118,23 @@ def check_export_dir(export_dir: str, overwrite: bool) -> None:
         raise BertTfError(f"--export_dir {export_dir} already exists; pass --overwrite to replace it.")
 
 
-def save_atomically(module: tf.Module, export_dir: str, signatures: dict) -> None:
-    """`tf.saved_model.save` to a temporary folder beside `export_dir`, renamed to it when complete."""
-    export_dir = os.path.abspath(export_dir)
-    parent = os.path.dirname(export_dir)
-    os.makedirs(parent, exist_ok=True)
-    temporary = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(export_dir)}.tmp-")
-    os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide the model from a serving user.
-    try:
-        tf.saved_model.save(module, temporary, signatures=signatures)
-        if os.path.exists(export_dir):
-            old = temporary + ".old"
-            os.rename(export_dir, old)
-            os.rename(temporary, export_dir)
-            shutil.rmtree(old)
-        else:
-            os.rename(temporary, export_dir)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
-
-
-def export(model_dir: str, export_dir: str, overwrite: bool = False, pair: bool | None = None) -> str:
-    """Exports the fine-tuned run in `model_dir` to `export_dir`; returns the export's path."""
+def export(
+    model_dir: str, export_dir: str, overwrite: bool = False, pair: bool | None = None, hub_dir: str | None = None
+) -> str:
+    """Exports the fine-tuned run in `model_dir` to `export_dir` (and its encoder in TF Hub's
+    layout to `hub_dir/preprocess` and `hub_dir/encoder`); returns the export's path."""
     check_export_dir(export_dir, overwrite)
+    if hub_dir is not None:
+        check_export_dir(hub_dir, overwrite)
     run = load_run(model_dir, families=("classifier",))
     inputs = task_inputs(run, pair)
     with tempfile.TemporaryDirectory() as assets_dir:
         module = ClassifierExport(run, inputs, assets_dir)
         save_atomically(module, export_dir, {SIGNATURE: module.serve})
+    if hub_dir is not None:
+        hub_export.export_preprocessing(os.path.join(hub_dir, "preprocess"), run.vocab_file, run.do_lower_case,
+                                        run.max_seq_length)
+        hub_export.export_encoder(os.path.join(hub_dir, "encoder"), hub_export.task_encoder(run.model))
     return export_dir
 
 
@@ -151,7 +143,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model_dir", required=True, help="The --output_dir of a fine-tuning run.")
     parser.add_argument("--export_dir", required=True, help="Where the SavedModel goes (a new folder).")
-    parser.add_argument("--overwrite", action="store_true", help="Replace an existing --export_dir.")
+    parser.add_argument("--overwrite", action="store_true", help="Replace an existing --export_dir (and --hub_dir).")
+    parser.add_argument("--hub_dir", help="Also export the fine-tuned encoder in TF Hub's BERT layout: "
+                        "HUB_DIR/preprocess and HUB_DIR/encoder (see bert_tf.hub_export).")
     inputs = parser.add_mutually_exclusive_group()
     inputs.add_argument("--pair", dest="pair", action="store_true", default=None,
                         help="The task takes text_a and text_b (default: from the task; needed for --task=tsv).")
@@ -163,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`bert-export`: prints a `BertTfError` as one line on stderr (exit status 1)."""
     args = parse_args(argv)
     try:
-        path = export(args.model_dir, args.export_dir, args.overwrite, args.pair)
+        path = export(args.model_dir, args.export_dir, args.overwrite, args.pair, args.hub_dir)
     except BertTfError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -20,7 +20,7 @@ from fine_tune.export import main
 from fine_tune.features import PairExample, PairFeaturiser
 from fine_tune.heads import softmax
 from fine_tune.run_dir import load_run
-from tests.conftest import shared_file
+from tests.conftest import require_module, shared_file
 
 UNCASED = "vocab/google_uncased_en_vocab.txt"
 # Loads the export with nothing of this repository importable, and prints its answers as JSON.
@@ -59,7 +59,7 @@ def mrpc(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
     """(run dir, export dir) of MRPC fine-tuned for 3 steps on 48 real pairs."""
     root = tmp_path_factory.mktemp("mrpc")
     fine_tune("mrpc", root / "data", root / "run", {"train": glue_rows("MRPC", 48)})
-    assert main([f"--model_dir={root / 'run'}", f"--export_dir={root / 'export'}"]) == 0
+    assert main([f"--model_dir={root / 'run'}", f"--export_dir={root / 'export'}", f"--hub_dir={root / 'hub'}"]) == 0
     return root / "run", root / "export"
 
 
@@ -125,7 +125,7 @@ def test_an_existing_export_dir_needs_overwrite(mrpc, capsys):
     assert (export_dir / "saved_model.pb").stat().st_mtime_ns == before
     assert main([f"--model_dir={run_dir}", f"--export_dir={export_dir}", "--overwrite"]) == 0
     assert (export_dir / "saved_model.pb").stat().st_mtime_ns != before
-    assert sorted(p.name for p in export_dir.parent.iterdir()) == ["data", "export", "run"]  # no temporary left
+    assert sorted(p.name for p in export_dir.parent.iterdir()) == ["data", "export", "hub", "run"]  # no temporary left
 
 
 def test_bad_model_dirs_are_one_sentence(mrpc, tmp_path, capsys):
@@ -151,3 +151,39 @@ def test_bad_model_dirs_are_one_sentence(mrpc, tmp_path, capsys):
     (ner / "fine_tune.json").write_text(json.dumps({"task": "mrpc", "labels": ["0", "1", "2"],
                                                     "do_lower_case": True, "max_seq_length": 32}))
     assert "do not fit the model" in error(ner)
+
+
+def test_the_fine_tuned_encoder_in_tf_hub_layout(mrpc):
+    """`--hub_dir`: the run's encoder, loaded by `hub.KerasLayer`, gives the task model's encoder outputs."""
+    require_module("tensorflow_hub", "the TF Hub export is loaded through hub.KerasLayer")
+    import tensorflow as tf
+    import tensorflow_hub as hub
+
+    from bert_tf.hub_export import task_encoder
+
+    hub_dir = mrpc[0].parent / "hub"
+    inputs = hub.KerasLayer(str(hub_dir / "preprocess"))(tf.constant(["A sentence.", "Another one, longer."]))
+    outputs = hub.KerasLayer(str(hub_dir / "encoder"))(inputs)
+    expected = task_encoder(load_run(str(mrpc[0])).model)(inputs, training=False)
+    np.testing.assert_allclose(outputs["pooled_output"].numpy(), np.asarray(expected["pooled_output"]), atol=1e-5)
+
+
+def test_a_regression_task_exports_its_score(tmp_path):
+    """STS-B: `score` in the signature, equal to the regression head's output."""
+    import tensorflow as tf
+
+    fine_tune("sts-b", tmp_path / "data", tmp_path / "run", {"train": glue_rows("STS-B", 32)})
+    assert main([f"--model_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'export'}"]) == 0
+    serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
+    pairs = [("A man is playing a guitar.", "A man plays the guitar."), ("", "A dog runs.")]
+    outputs = serve(text_a=tf.constant([a for a, _ in pairs]), text_b=tf.constant([b for _, b in pairs]))
+    assert sorted(outputs) == ["score"]
+    loaded = load_run(str(tmp_path / "run"))
+    assert loaded.is_regression and not (tmp_path / "export" / "assets" / "labels.txt").exists()
+    tokenizer = FullTokenizer(loaded.vocab_file, do_lower_case=True)
+    features = PairFeaturiser(regression=True)([PairExample(str(i), a, b, None) for i, (a, b) in enumerate(pairs)],
+                                               tokenizer, loaded.max_seq_length, ())
+    for row, (ids, types) in enumerate(zip(features.sequences["input_word_ids"], features.sequences["input_type_ids"])):
+        score = loaded.model({"input_word_ids": ids[None], "input_mask": np.ones_like(ids)[None],
+                              "input_type_ids": types[None]}, training=False)
+        np.testing.assert_allclose(outputs["score"].numpy()[row], np.asarray(score)[0, 0], atol=1e-5)
