@@ -19,7 +19,10 @@ from fine_tune.cli import parse_args, run
 from fine_tune.export import main
 from fine_tune.features import PairExample, PairFeaturiser
 from fine_tune.heads import softmax
+from fine_tune.metrics import chunks
+from fine_tune.tagging import TaggedSentence, TaggingFeaturiser, TaggingHead, read_conll
 from fine_tune.run_dir import load_run
+from fine_tune.trainer import save_weights
 from tests.conftest import require_module, shared_file
 
 UNCASED = "vocab/google_uncased_en_vocab.txt"
@@ -33,8 +36,9 @@ import tensorflow_text  # registers the tokenizer's ops
 export_dir, requests = sys.argv[1], json.load(open(sys.argv[2], encoding="utf-8"))
 serve = tf.saved_model.load(export_dir).signatures["serving_default"]
 outputs = serve(**{name: tf.constant(texts) for name, texts in requests.items()})
-print(json.dumps({name: value.numpy().tolist() if value.dtype != tf.string else
-                  [v.decode("utf-8") for v in value.numpy()] for name, value in outputs.items()}))
+decode = lambda value: [decode(v) for v in value] if isinstance(value, list) else value.decode("utf-8")
+print(json.dumps({name: value.numpy().tolist() if value.dtype != tf.string else decode(value.numpy().tolist())
+                  for name, value in outputs.items()}))
 """
 
 
@@ -143,9 +147,9 @@ def test_bad_model_dirs_are_one_sentence(mrpc, tmp_path, capsys):
                                  "(model.weights.h5 missing); give the --output_dir of a run with --do_train.\n")
     ner = tmp_path / "ner"
     shutil.copytree(run_dir, ner)
-    (ner / "fine_tune.json").write_text(json.dumps({"task": "conll2003", "labels": ["O", "B-PER"],
+    (ner / "fine_tune.json").write_text(json.dumps({"task": "squad", "labels": [],
                                                     "do_lower_case": False, "max_seq_length": 32}))
-    assert "holds a ner model (task conll2003); this needs one of: classifier." in error(ner)
+    assert "holds a squad model (task squad); this needs one of: classifier, ner." in error(ner)
     (ner / "fine_tune.json").write_text("{not json")
     assert "cannot be read as a fine-tuning run's settings" in error(ner)
     (ner / "fine_tune.json").write_text(json.dumps({"task": "mrpc", "labels": ["0", "1", "2"],
@@ -187,3 +191,51 @@ def test_a_regression_task_exports_its_score(tmp_path):
         score = loaded.model({"input_word_ids": ids[None], "input_mask": np.ones_like(ids)[None],
                               "input_type_ids": types[None]}, training=False)
         np.testing.assert_allclose(outputs["score"].numpy()[row], np.asarray(score)[0, 0], atol=1e-5)
+
+
+def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path):
+    """CoNLL-2003, windows of 16 WordPieces: the export's tags equal TaggingHead.decode's on the featuriser's
+    rows; its entities are conlleval's chunks of those tags, with the words' character offsets."""
+    sentences = read_conll(str(shared_file("conll2003/eng.train")))[:64]
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = [line for s in sentences for line in [" ".join(cells) for cells in s.lines] + [""]]
+    (data / "eng.train").write_text("\n".join(lines), encoding="utf-8")
+    run(parse_args("ner", [f"--data_dir={data}", f"--output_dir={tmp_path / 'run'}",
+                           f"--vocab_file={shared_file('vocab/google_cased_en_vocab.txt')}", "--nodo_lower_case",
+                           "--preset=tiny", "--max_seq_length=16", "--train_batch_size=32", "--num_train_epochs=1",
+                           "--learning_rate=1e-5", "--do_train"]))
+    keras.backend.clear_session()
+    # A few steps teach a tiny model only "O": a random, large head gives every tag, so entities of
+    # every shape (B-X I-X, I-X after O, a type change) get read.
+    tagger = load_run(str(tmp_path / "run")).model
+    head = tagger.get_layer("logits")
+    head.kernel.assign(np.random.default_rng(0).normal(0, 3, head.kernel.shape).astype(np.float32))
+    save_weights(tagger, str(tmp_path / "run"))
+    assert main([f"--model_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'export'}"]) == 0
+
+    texts = [" ".join(s.words) for s in sentences[:24]] + ["", "Héllo   Wörld\u00a0中文"]
+    answers = run_fresh(tmp_path / "export", {"text": texts}, tmp_path)
+
+    loaded = load_run(str(tmp_path / "run"))
+    tokenizer = FullTokenizer(loaded.vocab_file, do_lower_case=False)
+    examples = [TaggedSentence(str(i), tuple(t.split()), None, (), 0, None, "") for i, t in enumerate(texts)]
+    features = TaggingFeaturiser(document_context=False)(examples, tokenizer, 16, loaded.labels)
+    assert len(features) > len(texts)  # some sentences need several windows
+    outputs = [np.asarray(loaded.model({"input_word_ids": ids[None], "input_mask": np.ones_like(ids)[None],
+                                        "input_type_ids": np.zeros_like(ids)[None]}, training=False))[0]
+               for ids in features.sequences["input_word_ids"]]
+    expected = TaggingHead().decode(examples, features, outputs, loaded.labels)
+    for row, (text, tags) in enumerate(zip(texts, expected)):
+        n = answers["num_words"][row]
+        assert answers["tags"][row][:n] == list(tags)
+        words = [text[a:b] for a, b in zip(answers["word_start"][row][:n], answers["word_end"][row][:n])]
+        assert words == text.split()
+        want = [(c.type, " ".join(words[c.start:c.end])) for c in chunks(tags)]
+        m = answers["num_entities"][row]
+        got = list(zip(answers["entity_type"][row][:m], answers["entity_text"][row][:m]))
+        assert got == want
+        for start, end, entity in zip(answers["entity_start"][row][:m], answers["entity_end"][row][:m],
+                                      answers["entity_text"][row][:m]):
+            assert text[start:end] == entity
+    assert sum(answers["num_entities"]) > 3 * len(texts)

@@ -133,3 +133,15 @@ def test_bad_arguments_are_one_sentence():
         BertPreprocessor(vocab, padding="dynamic")
     with pytest.raises(BertTfError, match="one or two segments"):
         preprocessor().pack([tf.ragged.constant([[5]])] * 3)
+
+
+@pytest.mark.parametrize("vocab", ["uncased", "cased"])
+def test_hard_texts_as_the_original(vocab):
+    """Bytes that are not UTF-8 (dropped, as the original's `convert_to_unicode`), NUL and other deleted
+    controls inside words (no word break), Python-only spaces (U+2028, U+3000), final sigmas
+    and combining marks: the ids of the whole text, word by word, are the original's."""
+    tokenizer, layer = parity.tokenizers(vocab)
+    texts = [b"caf\xc3 \xff\xfeok \xe4\xb8", "a\x00b a\x1cb\x85c".encode(), "x\u2028y\u3000z\u00a0w".encode(),
+             "ΣΑΣ ΟΔΟΣ.Α όσος".encode(), "e\u0301\u0327 A\u030a\u0323 Ǆ ǅ".encode(), "".encode(), b" \t\n "]
+    got = layer.tokenize(tf.constant(texts)).merge_dims(1, 2).to_list()
+    assert got == [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text)) for text in texts]
