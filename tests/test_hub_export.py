@@ -63,11 +63,12 @@ def test_the_preprocessing_default_call_and_special_tokens(exports):
     for name, value in preprocessor(tf.constant(TEXT_A)).items():
         assert inputs[name].shape == (4, 32)
         np.testing.assert_array_equal(inputs[name].numpy(), value.numpy(), err_msg=name)
-    special = {k: int(v) for k, v in hub().load(str(root / "preprocess")).tokenize.get_special_tokens_dict().items()}
+    preprocess = hub().load(str(root / "preprocess"))
+    special = {k: int(v) for k, v in preprocess.tokenize.get_special_tokens_dict().items()}
     assert special == {"vocab_size": 30522, "start_of_sequence_id": 101, "end_of_segment_id": 102,
                        "padding_id": 0, "mask_id": 103}
     # One segment of ragged rank 1 (already merged words) packs too.
-    tokens = hub().load(str(root / "preprocess")).tokenize(tf.constant(TEXT_B)).merge_dims(1, 2)
-    packed = hub().load(str(root / "preprocess")).bert_pack_inputs([tokens], seq_length=16)
+    tokens = preprocess.tokenize(tf.constant(TEXT_B)).merge_dims(1, 2)
+    packed = preprocess.bert_pack_inputs([tokens], seq_length=16)
     np.testing.assert_array_equal(packed["input_word_ids"].numpy(),
                                   preprocessor.pack([tokens], seq_length=16)["input_word_ids"].numpy())
