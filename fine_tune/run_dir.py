@@ -74,6 +74,18 @@ class LoadedRun:
     def max_seq_length(self) -> int:
         return self.run_config.max_seq_length
 
+    @property
+    def do_lower_case(self) -> bool:
+        return self.run_config.do_lower_case
+
+    @property
+    def vocab_file(self) -> str:
+        return os.path.join(self.run_dir, cli.VOCAB_FILE)
+
+    @property
+    def is_regression(self) -> bool:
+        return self.family == "classifier" and not self.labels
+
 
 def _not_a_run(run_dir: str, what: str) -> BertTfError:
     return BertTfError(f"{run_dir} is not a finished fine-tuning run ({what}); give the --output_dir of a "
@@ -106,13 +118,17 @@ def _task(run_dir: str, settings: dict[str, Any]) -> tuple[Task, TaskConfig, Run
     return registry.build_task(task_config, run_config), task_config, run_config, record
 
 
-def load_run(run_dir: str | os.PathLike, prefer_best: bool = True, **settings: Any) -> LoadedRun:
+def load_run(
+    run_dir: str | os.PathLike, prefer_best: bool = True, families: tuple[str, ...] | None = None, **settings: Any
+) -> LoadedRun:
     """The task model of a finished run, with its fine-tuned weights.
 
     Args:
         run_dir: the `--output_dir` of a `run_classifier.py`, `run_ner.py` or
             `run_squad.py` run that trained.
         prefer_best: load `best/` when the run kept it (as `--use_best_checkpoint`).
+        families: the task families the caller can use (default: any); a run of
+            another one is refused before its weights are read.
         **settings: fields of the task's config to change, by name (e.g.
             `null_score_diff_threshold=-1.5`).
 
@@ -123,6 +139,9 @@ def load_run(run_dir: str | os.PathLike, prefer_best: bool = True, **settings: A
     if not os.path.isdir(run_dir):
         raise BertTfError(f"{run_dir} is not a folder; give the --output_dir of a {RUN_SCRIPTS} run.")
     task, task_config, run_config, record = _task(run_dir, settings)
+    if families is not None and task_config.family not in families:
+        raise BertTfError(f"{run_dir} holds a {task_config.family} model (task {task.name}); this needs a model of "
+                          f"{' or '.join(families)}.")
     labels = tuple(str(label) for label in record.get("labels", ()))
     config = BertConfig.from_json_file(_file(run_dir, cli.CONFIG_FILE))
     tokenizer = FullTokenizer(_file(run_dir, cli.VOCAB_FILE), do_lower_case=run_config.do_lower_case)

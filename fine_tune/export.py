@@ -1,0 +1,255 @@
+"""`bert-export`: a fine-tuned run as one SavedModel, raw text in, the task's answer out.
+
+    bert-export --model_dir out/mrpc --export_dir export/mrpc [--overwrite]
+
+The SavedModel's `serving_default` signature takes strings (TF Serving's JSON or
+gRPC requests, or `tf.saved_model.load` in any Python with `tensorflow` and
+`tensorflow_text`; nothing of this repository is needed to run it):
+
+| task | inputs | outputs |
+|---|---|---|
+| classification | `text_a` (+ `text_b` for pair tasks) | `label` (string), `label_id` (int32), `probabilities` (float32 [batch, labels]) |
+| regression (STS-B) | the same | `score` (float32) |
+| NER | `text` | per word: `tags`, `word_start`, `word_end` (character offsets in `text`), `num_words`; per entity: `entity_type`, `entity_text`, `entity_start`, `entity_end`, `num_entities` (padded with "" / -1) |
+
+Tokenization (`bert_tf.preprocessing.BertPreprocessor`, the run's vocabulary, casing and
+`max_seq_length`, truncation as in training) is inside the graph. The vocabulary, the
+label names (`labels.txt`, one a line, in label-id order) and `bert_export.json` (task,
+labels, inputs) are the SavedModel's assets. Load it with `import tensorflow_text`
+first: its ops must be registered ("Op type not registered 'RegexSplitWithOffsets'"
+otherwise).
+
+`--hub_dir` also writes the fine-tuned encoder and its preprocessing as two SavedModels
+in TF Hub's BERT layout (`bert_tf.hub_export`). Every export is written to a temporary
+folder beside its destination and renamed when complete; an existing destination is
+replaced only with `--overwrite`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+from absl.flags import FlagValues
+
+from bert_tf import hub_export, tokenization
+from bert_tf.errors import BertTfError
+from bert_tf.flags import Flag, flag_values, require, run_main
+from bert_tf.hub_export import save_atomically
+from bert_tf.preprocessing import BertPreprocessor
+from fine_tune.run_dir import LoadedRun, load_run
+
+SIGNATURE = "serving_default"
+EXPORT_INFO = "bert_export.json"
+LABELS_FILE = "labels.txt"
+
+
+# === What the task takes ===
+def task_inputs(run: LoadedRun) -> tuple[str, ...]:
+    """("text_a",) or ("text_a", "text_b"), from the layout of the task's files (a `tsv`
+    run's from its recorded `--text_b_column`)."""
+    layouts = run.task.reader.layouts.values()
+    pair = any(layout.text_b is not None for split in layouts for layout in split)
+    return ("text_a", "text_b") if pair else ("text_a",)
+
+
+# === The exported module ===
+class ClassifierExport(tf.Module):
+    """Strings to label, label id and probabilities (or a score), as one module to save."""
+
+    def __init__(self, run: LoadedRun, inputs: tuple[str, ...], assets_dir: str):
+        super().__init__(name="bert_classifier")
+        self.preprocessor = BertPreprocessor(
+            run.vocab_file, run.do_lower_case, run.max_seq_length, padding="longest"
+        )
+        self.model = run.model
+        self.regression = run.is_regression
+        self.vocab_file = tf.saved_model.Asset(run.vocab_file)
+        _attach_info(self, run, inputs, assets_dir)
+        specs = [tf.TensorSpec([None], tf.string, name=name) for name in inputs]
+        if len(inputs) == 2:
+            self.serve = tf.function(lambda text_a, text_b: self.answer([text_a, text_b]), input_signature=specs)
+        else:
+            self.serve = tf.function(lambda text_a: self.answer([text_a]), input_signature=specs)
+
+    def answer(self, texts: list[tf.Tensor]) -> dict[str, tf.Tensor]:
+        outputs = self.model(self.preprocessor(texts), training=False)
+        if self.regression:
+            return {"score": outputs[:, 0]}
+        label_id = tf.argmax(outputs, axis=-1, output_type=tf.int32)
+        return {
+            "label": self.label_names.lookup(tf.cast(label_id, tf.int64)),
+            "label_id": label_id,
+            "probabilities": tf.nn.softmax(outputs, axis=-1),
+        }
+
+
+class TaggerExport(tf.Module):
+    """A text to the tag of every whitespace-separated word, and its entities with character offsets.
+
+    As `run_ner.py`: each word is cut into WordPieces (a word with none is [UNK]), labelled
+    on its first piece, and a text longer than `max_seq_length` is cut into windows at
+    word boundaries (the featuriser's greedy chunks), so every word gets a tag. Entities
+    are read from the tags as conlleval does (`fine_tune.metrics.chunks`): `B-X` starts
+    one, so does `I-X` after `O` or after another type.
+    """
+
+    def __init__(self, run: LoadedRun, assets_dir: str):
+        super().__init__(name="bert_tagger")
+        self.preprocessor = BertPreprocessor(run.vocab_file, run.do_lower_case, run.max_seq_length, padding="longest")
+        self.model = run.model
+        self.room = run.max_seq_length - 2
+        self.unk_id = tokenization.load_vocab(run.vocab_file)["[UNK]"]
+        self.vocab_file = tf.saved_model.Asset(run.vocab_file)
+        _attach_info(self, run, ("text",), assets_dir)
+        self.serve = tf.function(self.answer, input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+
+    def answer(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        ids, starts, ends = self.preprocessor.tokenize_with_offsets(text)
+        word_rows = ids.value_rowids()
+        is_first = tf.equal(tf.range(tf.size(word_rows, out_type=tf.int64)), tf.gather(ids.row_splits, word_rows))
+        words = ids.values[:, : self.room]
+        empty = tf.cast(tf.equal(words.row_lengths(), 0), tf.int64)
+        unknown = tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(empty)], self.unk_id), empty)
+        words = tf.concat([words, unknown], axis=1)
+        lengths = words.row_lengths()
+
+        # Windows: a word opens a new one at the start of its text or when it no longer fits.
+        def fill(used: tf.Tensor, word: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+            length, first = word
+            return tf.where(first | (used + length > self.room), length, used + length)
+
+        used_after = tf.scan(fill, (lengths, is_first), initializer=tf.constant(0, tf.int64))
+        used_before = tf.concat([[0], used_after[:-1]], axis=0)
+        opens = is_first | (used_before + lengths > self.room)
+        window_of_word = tf.cumsum(tf.cast(opens, tf.int64)) - 1
+        position = 1 + tf.where(opens, tf.zeros_like(used_before), used_before)
+        windows = tf.RaggedTensor.from_value_rowids(
+            words.flat_values, tf.gather(window_of_word, words.value_rowids()), nrows=tf.reduce_sum(tf.cast(opens, tf.int64))
+        )
+        logits = self.model(self.preprocessor.pack([windows]), training=False)
+        word_logits = tf.gather_nd(logits, tf.stack([window_of_word, position], axis=1))
+        tags = self.label_names.lookup(tf.argmax(word_logits, axis=-1))
+        batch = tf.shape(text, out_type=tf.int64)[0]
+        outputs = {
+            "tags": tf.RaggedTensor.from_row_splits(tags, ids.row_splits).to_tensor(""),
+            "word_start": starts.to_tensor(-1),
+            "word_end": ends.to_tensor(-1),
+            "num_words": tf.cast(ids.row_lengths(), tf.int32),
+        }
+        outputs.update(_entities(text, tags, is_first, word_rows, starts.flat_values, ends.flat_values, batch))
+        return outputs
+
+
+def _entities(
+    text: tf.Tensor, tags: tf.Tensor, is_first: tf.Tensor, word_rows: tf.Tensor, starts: tf.Tensor, ends: tf.Tensor,
+    batch: tf.Tensor,
+) -> dict[str, tf.Tensor]:
+    """The entities of the word tags (conlleval's reading), padded per text."""
+    tagged = tf.strings.regex_full_match(tags, "[BI]-.+")
+    kind = tf.where(tagged, tf.strings.regex_replace(tags, "^[BI]-", ""), "")
+    previous = tf.where(is_first, "", tf.concat([[""], kind[:-1]], axis=0))
+    begins = tf.not_equal(kind, "") & (tf.strings.regex_full_match(tags, "B-.+") | tf.not_equal(previous, kind))
+    inside = tf.where(tf.not_equal(kind, ""))[:, 0]
+    entity_of_word = tf.gather(tf.cumsum(tf.cast(begins, tf.int64)) - 1, inside)
+    count = tf.reduce_sum(tf.cast(begins, tf.int64))
+    start = tf.math.unsorted_segment_min(tf.gather(starts, inside), entity_of_word, count)
+    end = tf.math.unsorted_segment_max(tf.gather(ends, inside), entity_of_word, count)
+    first_words = tf.where(begins)[:, 0]
+    rows = tf.gather(word_rows, first_words)
+    entity_text = tf.strings.substr(tf.gather(text, rows), start, end - start, unit="UTF8_CHAR")
+
+    def padded(values: tf.Tensor, default) -> tf.Tensor:
+        return tf.RaggedTensor.from_value_rowids(values, rows, nrows=batch).to_tensor(default)
+
+    return {
+        "entity_type": padded(tf.gather(kind, first_words), ""),
+        "entity_text": padded(entity_text, ""),
+        "entity_start": padded(start, -1),
+        "entity_end": padded(end, -1),
+        "num_entities": tf.cast(tf.math.bincount(tf.cast(rows, tf.int32), minlength=tf.cast(batch, tf.int32),
+                                                 maxlength=tf.cast(batch, tf.int32)), tf.int32),
+    }
+
+
+def _attach_info(module: tf.Module, run: LoadedRun, inputs: tuple[str, ...], assets_dir: str) -> None:
+    """`bert_export.json` and (for label tasks) `labels.txt` as assets, and the id -> label table."""
+    info = {"task": run.task.name, "family": run.family, "labels": list(run.labels), "inputs": list(inputs),
+            "do_lower_case": run.do_lower_case, "max_seq_length": run.max_seq_length}
+    module.info_file = tf.saved_model.Asset(_write(assets_dir, EXPORT_INFO, json.dumps(info, indent=2) + "\n"))
+    if run.labels:
+        module.labels_file = tf.saved_model.Asset(_write(assets_dir, LABELS_FILE, "".join(f"{l}\n" for l in run.labels)))
+        initializer = tf.lookup.TextFileInitializer(
+            module.labels_file, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER,
+            tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
+        )
+        module.label_names = tf.lookup.StaticHashTable(initializer, default_value="")
+
+
+def _write(folder: str, name: str, text: str) -> str:
+    path = os.path.join(folder, name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
+
+
+# === Writing ===
+def check_export_dir(export_dir: str, overwrite: bool) -> None:
+    """Refuses an existing `--export_dir` without `--overwrite` (and a file in its place always)."""
+    if os.path.isfile(export_dir):
+        raise BertTfError(f"--export_dir {export_dir} is a file; give a folder path for the SavedModel.")
+    if os.path.exists(export_dir) and not overwrite:
+        raise BertTfError(f"--export_dir {export_dir} already exists; pass --overwrite to replace it.")
+
+
+def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: str | None = None) -> str:
+    """Exports the fine-tuned run in `model_dir` to `export_dir` (and its encoder in TF Hub's
+    layout to `hub_dir/preprocess` and `hub_dir/encoder`); returns the export's path."""
+    check_export_dir(export_dir, overwrite)
+    if hub_dir is not None:
+        check_export_dir(hub_dir, overwrite)
+    run = load_run(model_dir, families=("classifier", "ner"))
+    with tempfile.TemporaryDirectory() as assets_dir:
+        if run.family == "ner":
+            module = TaggerExport(run, assets_dir)
+        else:
+            module = ClassifierExport(run, task_inputs(run), assets_dir)
+        save_atomically(module, export_dir, {SIGNATURE: module.serve})
+    if hub_dir is not None:
+        hub_export.export_preprocessing(os.path.join(hub_dir, "preprocess"), run.vocab_file, run.do_lower_case,
+                                        run.max_seq_length)
+        hub_export.export_encoder(os.path.join(hub_dir, "encoder"), hub_export.task_encoder(run.model))
+    return export_dir
+
+
+# === Command line ===
+FLAGS = flag_values(
+    own={
+        "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py or run_ner.py run."),
+        "export_dir": Flag(str, None, "Where the SavedModel goes (a new folder)."),
+        "overwrite": Flag(bool, False, "Replace an existing --export_dir (and --hub_dir)."),
+        "hub_dir": Flag(str, None, "Also export the fine-tuned encoder in TF Hub's BERT layout: HUB_DIR/preprocess "
+                        "and HUB_DIR/encoder (see bert_tf.hub_export)."),
+    },
+)  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """bert-export (`argv` without the program name): exit status 0, or 1 after one
+    `error: ...` line on stderr."""
+    return run_main(FLAGS, argv, __doc__, _export)
+
+
+def _export(values: FlagValues) -> None:
+    require(values, "model_dir", "export_dir")
+    path = export(values.model_dir, values.export_dir, values.overwrite, values.hub_dir)
+    print(f"exported {values.model_dir} to {path} (signature {SIGNATURE}).")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

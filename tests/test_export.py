@@ -1,0 +1,243 @@
+"""`fine_tune.export` (`bert-export`): a tiny model fine-tuned for a few steps, exported, then run
+in a fresh `python -I` that can import only tensorflow and tensorflow_text, against the Keras model."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from bert_tf.tokenization import FullTokenizer
+from fine_tune.cli import parse_args, run
+from fine_tune.export import main
+from fine_tune.features import PairExample, PairFeaturiser
+from fine_tune.heads import softmax
+from fine_tune.metrics import chunks
+from fine_tune.tagging import TaggedSentence, TaggingFeaturiser, TaggingHead, read_conll
+from fine_tune.run_dir import load_run
+from fine_tune.trainer import save_weights
+from tests.conftest import require_module, shared_file
+
+UNCASED = "vocab/google_uncased_en_vocab.txt"
+# Loads the export with nothing of this repository importable, and prints its answers as JSON.
+FRESH_SCRIPT = """
+import importlib.util, json, sys
+for name in ("bert_tf", "fine_tune", "data_prep", "bench"):
+    assert importlib.util.find_spec(name) is None, name + " is importable"
+import tensorflow as tf
+import tensorflow_text  # registers the tokenizer's ops
+export_dir, requests = sys.argv[1], json.load(open(sys.argv[2], encoding="utf-8"))
+serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+outputs = serve(**{name: tf.constant(texts) for name, texts in requests.items()})
+decode = lambda value: [decode(v) for v in value] if isinstance(value, list) else value.decode("utf-8")
+print(json.dumps({name: value.numpy().tolist() if value.dtype != tf.string else decode(value.numpy().tolist())
+                  for name, value in outputs.items()}))
+"""
+
+
+def fine_tune(task: str, data: pathlib.Path, out: pathlib.Path, rows: dict[str, list[str]]) -> None:
+    data.mkdir(parents=True, exist_ok=True)
+    for split, lines in rows.items():
+        (data / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run(parse_args("classifier", [
+        f"--task={task}", f"--data_dir={data}", f"--output_dir={out}", f"--vocab_file={shared_file(UNCASED)}",
+        "--preset=tiny", "--max_seq_length=32", "--train_batch_size=16", "--num_train_epochs=1",
+        "--learning_rate=1e-3", "--do_train",
+    ]))
+    keras.backend.clear_session()
+
+
+def glue_rows(folder: str, count: int) -> list[str]:
+    return shared_file(f"glue/{folder}/train.tsv").read_text(encoding="utf-8-sig").splitlines()[: count + 1]
+
+
+@pytest.fixture(scope="module")
+def mrpc(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
+    """(run dir, export dir) of MRPC fine-tuned for 3 steps on 48 real pairs."""
+    root = tmp_path_factory.mktemp("mrpc")
+    fine_tune("mrpc", root / "data", root / "run", {"train": glue_rows("MRPC", 48)})
+    assert main([f"--model_dir={root / 'run'}", f"--export_dir={root / 'export'}", f"--hub_dir={root / 'hub'}"]) == 0
+    return root / "run", root / "export"
+
+
+def keras_probabilities(run_dir: pathlib.Path, pairs: list[tuple[str, str]]) -> np.ndarray:
+    """The Keras task model on the featuriser's ids (run_classifier.py's path)."""
+    loaded = load_run(str(run_dir))
+    tokenizer = FullTokenizer(loaded.vocab_file, do_lower_case=loaded.do_lower_case)
+    examples = [PairExample(str(i), a, b, None) for i, (a, b) in enumerate(pairs)]
+    features = PairFeaturiser()(examples, tokenizer, loaded.max_seq_length, loaded.labels)
+    length = max(features.lengths)
+    ids, types, mask = (np.zeros((len(pairs), length), np.int32) for _ in range(3))
+    for row, (w, t) in enumerate(zip(features.sequences["input_word_ids"], features.sequences["input_type_ids"])):
+        ids[row, : len(w)], types[row, : len(t)], mask[row, : len(w)] = w, t, 1
+    logits = loaded.model({"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}, training=False)
+    return softmax(np.asarray(logits))
+
+
+def run_fresh(export_dir: pathlib.Path, requests: dict[str, list[str]], tmp_path: pathlib.Path) -> dict:
+    folder = tmp_path / "fresh"
+    folder.mkdir()
+    (folder / "check.py").write_text(FRESH_SCRIPT, encoding="utf-8")
+    (folder / "requests.json").write_text(json.dumps(requests), encoding="utf-8")
+    result = subprocess.run([sys.executable, "-I", "check.py", str(export_dir), "requests.json"], cwd=folder,
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_export_answers_as_the_keras_model_in_a_fresh_python(mrpc, tmp_path):
+    run_dir, export_dir = mrpc
+    dev = [line.split("\t") for line in glue_rows("MRPC", 24)[1:]]
+    pairs = [(row[3], row[4]) for row in dev]
+    long = " ".join(["a very long sentence that must be truncated"] * 20)
+    pairs += [("", ""), ("Héllo wörld, naïve café!", "中文 text\u00a0with odd spaces"), (long, long), (long, "short")]
+    answers = run_fresh(export_dir, {"text_a": [a for a, _ in pairs], "text_b": [b for _, b in pairs]}, tmp_path)
+    expected = keras_probabilities(run_dir, pairs)
+    np.testing.assert_allclose(answers["probabilities"], expected, atol=1e-5)
+    labels = load_run(str(run_dir)).labels
+    assert answers["label_id"] == expected.argmax(axis=1).tolist()
+    assert answers["label"] == [labels[i] for i in expected.argmax(axis=1)]
+    assert sorted((export_dir / "assets").iterdir()) == sorted(
+        export_dir / "assets" / name for name in ("bert_export.json", "labels.txt", "vocab.txt"))
+    assert (export_dir / "assets" / "labels.txt").read_text().split() == list(labels)
+
+
+def test_saved_model_cli_lists_string_inputs(mrpc):
+    cli = shutil.which("saved_model_cli", path=os.path.dirname(sys.executable))
+    shown = subprocess.run([cli, "show", "--dir", str(mrpc[1]), "--all"], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}).stdout
+    signature = shown[shown.index("signature_def['serving_default']"):]
+    for name in ("text_a", "text_b"):
+        assert f"inputs['{name}'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in signature
+    for name, dtype in (("label", "DT_STRING"), ("label_id", "DT_INT32"), ("probabilities", "DT_FLOAT")):
+        assert f"outputs['{name}'] tensor_info:\n        dtype: {dtype}" in signature
+
+
+def test_an_existing_export_dir_needs_overwrite(mrpc, capsys):
+    run_dir, export_dir = mrpc
+    before = (export_dir / "saved_model.pb").stat().st_mtime_ns
+    assert main([f"--model_dir={run_dir}", f"--export_dir={export_dir}"]) == 1
+    assert capsys.readouterr().err == f"error: --export_dir {export_dir} already exists; pass --overwrite to replace it.\n"
+    assert (export_dir / "saved_model.pb").stat().st_mtime_ns == before
+    assert main([f"--model_dir={run_dir}", f"--export_dir={export_dir}", "--overwrite"]) == 0
+    assert (export_dir / "saved_model.pb").stat().st_mtime_ns != before
+    assert sorted(p.name for p in export_dir.parent.iterdir()) == ["data", "export", "hub", "run"]  # no temporary left
+
+
+def test_bad_model_dirs_are_one_sentence(mrpc, tmp_path, capsys):
+    run_dir = mrpc[0]
+
+    def error(model_dir) -> str:
+        assert main([f"--model_dir={model_dir}", f"--export_dir={tmp_path / 'export'}"]) == 1
+        assert not (tmp_path / "export").exists()
+        return capsys.readouterr().err
+
+    assert "is not a folder" in error(tmp_path / "nothing")
+    incomplete = tmp_path / "incomplete"
+    shutil.copytree(run_dir, incomplete, ignore=shutil.ignore_patterns("*.h5", "checkpoints"))
+    assert error(incomplete) == (f"error: {incomplete} is not a finished fine-tuning run (neither model.weights.h5 "
+                                 "nor best/model.weights.h5 is there); give the --output_dir of a run_classifier.py, "
+                                 "run_ner.py or run_squad.py run that trained (--do_train).\n")
+    other = tmp_path / "other"
+    shutil.copytree(run_dir, other)
+    record = json.loads((other / "fine_tune.json").read_text())
+    squad = {**record, "family": "squad", "task": "squad", "labels": [],
+             "task_config": {"task": "squad", "data_dir": None}}
+    (other / "fine_tune.json").write_text(json.dumps(squad))
+    assert "holds a squad model (task squad); this needs a model of classifier or ner." in error(other)
+    (other / "fine_tune.json").write_text("{not json")
+    assert "fine_tune.json is damaged (JSONDecodeError" in error(other)
+    (other / "fine_tune.json").write_text(json.dumps({**record, "labels": ["0", "1", "2"]}))
+    assert "does not fit the model" in error(other)
+
+
+def test_the_fine_tuned_encoder_in_tf_hub_layout(mrpc):
+    """`--hub_dir`: the run's encoder, loaded by `hub.KerasLayer`, gives the task model's encoder outputs."""
+    require_module("tensorflow_hub", "the TF Hub export is loaded through hub.KerasLayer")
+    import tensorflow as tf
+    import tensorflow_hub as hub
+
+    from bert_tf.hub_export import task_encoder
+
+    hub_dir = mrpc[0].parent / "hub"
+    inputs = hub.KerasLayer(str(hub_dir / "preprocess"))(tf.constant(["A sentence.", "Another one, longer."]))
+    outputs = hub.KerasLayer(str(hub_dir / "encoder"))(inputs)
+    expected = task_encoder(load_run(str(mrpc[0])).model)(inputs, training=False)
+    np.testing.assert_allclose(outputs["pooled_output"].numpy(), np.asarray(expected["pooled_output"]), atol=1e-5)
+
+
+def test_a_regression_task_exports_its_score(tmp_path):
+    """STS-B: `score` in the signature, equal to the regression head's output."""
+    import tensorflow as tf
+
+    fine_tune("sts-b", tmp_path / "data", tmp_path / "run", {"train": glue_rows("STS-B", 32)})
+    assert main([f"--model_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'export'}"]) == 0
+    serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
+    pairs = [("A man is playing a guitar.", "A man plays the guitar."), ("", "A dog runs.")]
+    outputs = serve(text_a=tf.constant([a for a, _ in pairs]), text_b=tf.constant([b for _, b in pairs]))
+    assert sorted(outputs) == ["score"]
+    loaded = load_run(str(tmp_path / "run"))
+    assert loaded.is_regression and not (tmp_path / "export" / "assets" / "labels.txt").exists()
+    tokenizer = FullTokenizer(loaded.vocab_file, do_lower_case=True)
+    features = PairFeaturiser(regression=True)([PairExample(str(i), a, b, None) for i, (a, b) in enumerate(pairs)],
+                                               tokenizer, loaded.max_seq_length, ())
+    for row, (ids, types) in enumerate(zip(features.sequences["input_word_ids"], features.sequences["input_type_ids"])):
+        score = loaded.model({"input_word_ids": ids[None], "input_mask": np.ones_like(ids)[None],
+                              "input_type_ids": types[None]}, training=False)
+        np.testing.assert_allclose(outputs["score"].numpy()[row], np.asarray(score)[0, 0], atol=1e-5)
+
+
+def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path):
+    """CoNLL-2003, windows of 16 WordPieces: the export's tags equal TaggingHead.decode's on the featuriser's
+    rows; its entities are conlleval's chunks of those tags, with the words' character offsets."""
+    sentences = read_conll(str(shared_file("conll2003/eng.train")))[:64]
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = [line for s in sentences for line in [" ".join(cells) for cells in s.lines] + [""]]
+    (data / "eng.train").write_text("\n".join(lines), encoding="utf-8")
+    run(parse_args("ner", [f"--data_dir={data}", f"--output_dir={tmp_path / 'run'}",
+                           f"--vocab_file={shared_file('vocab/google_cased_en_vocab.txt')}", "--nodo_lower_case",
+                           "--preset=tiny", "--max_seq_length=16", "--train_batch_size=32", "--num_train_epochs=1",
+                           "--learning_rate=1e-5", "--do_train"]))
+    keras.backend.clear_session()
+    # A few steps teach a tiny model only "O": a random, large head gives every tag, so entities of
+    # every shape (B-X I-X, I-X after O, a type change) get read.
+    tagger = load_run(str(tmp_path / "run")).model
+    head = tagger.get_layer("logits")
+    head.kernel.assign(np.random.default_rng(0).normal(0, 3, head.kernel.shape).astype(np.float32))
+    save_weights(tagger, str(tmp_path / "run"))
+    assert main([f"--model_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'export'}"]) == 0
+
+    texts = [" ".join(s.words) for s in sentences[:24]] + ["", "Héllo   Wörld\u00a0中文"]
+    answers = run_fresh(tmp_path / "export", {"text": texts}, tmp_path)
+
+    loaded = load_run(str(tmp_path / "run"))
+    tokenizer = FullTokenizer(loaded.vocab_file, do_lower_case=False)
+    examples = [TaggedSentence(str(i), tuple(t.split()), None, (), 0, None, "") for i, t in enumerate(texts)]
+    features = TaggingFeaturiser(document_context=False)(examples, tokenizer, 16, loaded.labels)
+    assert len(features) > len(texts)  # some sentences need several windows
+    outputs = [np.asarray(loaded.model({"input_word_ids": ids[None], "input_mask": np.ones_like(ids)[None],
+                                        "input_type_ids": np.zeros_like(ids)[None]}, training=False))[0]
+               for ids in features.sequences["input_word_ids"]]
+    expected = TaggingHead().decode(examples, features, outputs, loaded.labels)
+    for row, (text, tags) in enumerate(zip(texts, expected)):
+        n = answers["num_words"][row]
+        assert answers["tags"][row][:n] == list(tags)
+        words = [text[a:b] for a, b in zip(answers["word_start"][row][:n], answers["word_end"][row][:n])]
+        assert words == text.split()
+        want = [(c.type, " ".join(words[c.start:c.end])) for c in chunks(tags)]
+        m = answers["num_entities"][row]
+        got = list(zip(answers["entity_type"][row][:m], answers["entity_text"][row][:m]))
+        assert got == want
+        for start, end, entity in zip(answers["entity_start"][row][:m], answers["entity_end"][row][:m],
+                                      answers["entity_text"][row][:m]):
+            assert text[start:end] == entity
+    assert sum(answers["num_entities"]) > 3 * len(texts)
