@@ -41,62 +41,33 @@ import os
 import sys
 from typing import Callable, Iterable, Iterator, Sequence
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported: keep C++ logs out
+import numpy as np
+from absl.flags import FlagValues
 
-import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
-
-from bert_tf.errors import BertTfError  # noqa: E402
-from bert_tf.feature_writers import JsonLinesWriter, NpyWriter, atomic_outputs, companion_paths  # noqa: E402
-from bert_tf.packing import pack_pair  # noqa: E402
-from bert_tf.pooling import POOLINGS, check_layers, pool, word_start_mask  # noqa: E402
+from bert_tf.errors import BertTfError
+from bert_tf.flags import Flag, flag_values, run_main
+from bert_tf.feature_writers import JsonLinesWriter, NpyWriter, atomic_outputs, companion_paths
+from bert_tf.packing import pack_pair
+from bert_tf.pooling import POOLINGS, check_layers, pool, word_start_mask
 
 SEPARATOR = " ||| "
 OUTPUT_FORMATS = ("jsonl", "npy")
 TOKEN_POOLINGS = ("none", "first_subword")  # one output row per token (or word), not per line
 
 # === Flags ===
-# Our own registry, not absl's global one, so that importing this module next to
-# another with an --input_file flag (the tests do) cannot clash.
-FLAGS = flags.FlagValues()
-flags.DEFINE_string("input_file", None, "Text to encode: one text, or `text_a ||| text_b`, a line.", flag_values=FLAGS)
-flags.DEFINE_string("output_file", None, "Where to write the features (see the formats above).", flag_values=FLAGS)
-flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma-separated encoder layers, -1 the last.", flag_values=FLAGS)
-flags.DEFINE_string(
-    "bert_config_file",
-    None,
-    "The model's config json; by default the one beside --init_checkpoint.",
-    flag_values=FLAGS,
-)
-flags.DEFINE_string(
-    "init_checkpoint",
-    None,
-    "The weights: a TF1 checkpoint, a HuggingFace folder, a .keras file or a run_pretraining.py output.",
-    flag_values=FLAGS,
-)
-flags.DEFINE_string(
-    "vocab_file", None, "The vocab.txt the model was trained with; by default the one beside --init_checkpoint.",
-    flag_values=FLAGS,
-)
-flags.DEFINE_bool("do_lower_case", True, "Lower-case the text: True for uncased models.", flag_values=FLAGS)
-flags.DEFINE_integer(
-    "max_seq_length", 128, "Longer inputs are cut to this many WordPieces, [CLS] and [SEP] included.",
-    flag_values=FLAGS,
-)
-flags.DEFINE_integer("batch_size", 32, "Lines per forward pass.", flag_values=FLAGS)
-flags.DEFINE_enum(
-    "pooling",
-    "none",
-    list(POOLINGS),
-    "none: every token (the original); first_subword: the first WordPiece of every word; "
-    "cls: the [CLS] vector; mean: the mean over the tokens ([CLS] and [SEP] included).",
-    flag_values=FLAGS,
-)
-flags.DEFINE_enum(
-    "output_format", "jsonl", list(OUTPUT_FORMATS), "jsonl (the original's) or npy (float32 arrays).",
-    flag_values=FLAGS,
-)
-flags.DEFINE_bool("progress", True, "Show a progress bar on stderr.", flag_values=FLAGS)
+FLAGS = flag_values(
+    "input_file", "output_file", "bert_config_file", "init_checkpoint", "vocab_file", "do_lower_case",
+    "max_seq_length",
+    own={
+        "layers": Flag(str, "-1,-2,-3,-4", "Comma-separated encoder layers, -1 the last."),
+        "batch_size": Flag(int, 32, "Lines per forward pass."),
+        "pooling": Flag(POOLINGS, "none", "none: every token (the original); first_subword: the first WordPiece of "
+                        "every word; cls: the [CLS] vector; mean: the mean over the tokens ([CLS] and [SEP] "
+                        "included)."),
+        "output_format": Flag(OUTPUT_FORMATS, "jsonl", "jsonl (the original's) or npy (float32 arrays)."),
+        "progress": Flag(bool, True, "Show a progress bar on stderr."),
+    },
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +100,7 @@ def parse_layers(text: str) -> tuple[int, ...]:
         raise BertTfError(f"--layers={text!r} is not a comma-separated list of integers such as -1,-2,-3,-4.") from None
 
 
-def options_from_flags(values: flags.FlagValues) -> Options:
+def options_from_flags(values: FlagValues) -> Options:
     for name in ("input_file", "output_file", "init_checkpoint"):
         if not getattr(values, name):
             raise BertTfError(f"--{name} is required (see --help).")
@@ -387,24 +358,10 @@ def extract(options: Options) -> str:
 
 
 # === Command line ===
-def main(argv: list[str] | None = None) -> int:
-    """`bert-extract-features`: runs the command line (without the program name); returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if any(arg in ("-h", "--help", "--helpshort", "--helpfull") for arg in argv):
-        print(__doc__ + "\n" + FLAGS.module_help(sys.modules[__name__]))
-        return 0
-    FLAGS.unparse_flags()  # back to the defaults: main() may run more than once in a process
-    try:
-        FLAGS(["bert-extract-features", *argv])
-        summary = extract(options_from_flags(FLAGS))
-    except flags.Error as error:
-        print(f"error: {error}.".replace("..", "."), file=sys.stderr)
-        return 1
-    except BertTfError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(summary)
-    return 0
+def main(argv: Sequence[str] | None = None) -> int:
+    """bert-extract-features (`argv` without the program name): exit status 0, or 1 after
+    one `error: ...` line on stderr."""
+    return run_main(FLAGS, argv, __doc__, lambda values: print(extract(options_from_flags(values))))
 
 
 if __name__ == "__main__":
