@@ -39,6 +39,7 @@ from bert_tf.preprocessing import BertPreprocessor
 from bert_tf.tokenization import FullTokenizer
 from fine_tune import registry
 from fine_tune.features import PairExample, PairFeaturiser
+from fine_tune.glue import GlueConfig
 from fine_tune.squad.features import SpanFeaturiser, doc_spans
 from fine_tune.squad.reader import SquadExample, read_squad
 from fine_tune.tagging import TaggedSentence, TaggingFeaturiser, read_conll
@@ -56,7 +57,7 @@ BATCH = 256
 # === Inputs ===
 def glue_examples(folder: str) -> list[PairExample]:
     """The dev pairs of a shared GLUE folder, read by its task's reader (the GLUE name, lower-cased)."""
-    task = registry.get_task(folder.lower(), "classifier", None)
+    task = registry.build_task(GlueConfig(task=folder.lower()))
     return task.reader.read(str(data_dir() / "glue" / folder), "dev")[0].examples
 
 

@@ -104,6 +104,8 @@ def _task(run_dir: str, settings: dict[str, Any]) -> tuple[Task, TaskConfig, Run
     path = _file(run_dir, registry.RUN_FILE)
     try:
         task, task_config, run_config, record = registry.task_from_run_dir(run_dir)
+    except BertTfError:
+        raise
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
         raise BertTfError(f"{path} is damaged ({type(error).__name__}: {error}); rerun the training that wrote it.") \
             from None

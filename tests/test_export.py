@@ -46,7 +46,7 @@ def fine_tune(task: str, data: pathlib.Path, out: pathlib.Path, rows: dict[str, 
     data.mkdir(parents=True, exist_ok=True)
     for split, lines in rows.items():
         (data / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    run(parse_args("classifier", [
+    run(*parse_args("classifier", [
         f"--task={task}", f"--data_dir={data}", f"--output_dir={out}", f"--vocab_file={shared_file(UNCASED)}",
         "--preset=tiny", "--max_seq_length=32", "--train_batch_size=16", "--num_train_epochs=1",
         "--learning_rate=1e-3", "--do_train",
@@ -150,7 +150,8 @@ def test_bad_model_dirs_are_one_sentence(mrpc, tmp_path, capsys):
     shutil.copytree(run_dir, other)
     record = json.loads((other / "fine_tune.json").read_text())
     squad = {**record, "family": "squad", "task": "squad", "labels": [],
-             "task_config": {"task": "squad", "data_dir": None}}
+             "task_config": {"task": "squad", "data_dir": None},
+             "training": {**record["training"], "max_seq_length": 384}}
     (other / "fine_tune.json").write_text(json.dumps(squad))
     assert "holds a squad model (task squad); this needs a model of classifier or ner." in error(other)
     (other / "fine_tune.json").write_text("{not json")
@@ -203,7 +204,7 @@ def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path):
     data.mkdir()
     lines = [line for s in sentences for line in [" ".join(cells) for cells in s.lines] + [""]]
     (data / "eng.train").write_text("\n".join(lines), encoding="utf-8")
-    run(parse_args("ner", [f"--data_dir={data}", f"--output_dir={tmp_path / 'run'}",
+    run(*parse_args("ner", [f"--data_dir={data}", f"--output_dir={tmp_path / 'run'}",
                            f"--vocab_file={shared_file('vocab/google_cased_en_vocab.txt')}", "--nodo_lower_case",
                            "--preset=tiny", "--max_seq_length=16", "--train_batch_size=32", "--num_train_epochs=1",
                            "--learning_rate=1e-5", "--do_train"]))
