@@ -63,8 +63,8 @@ flags.DEFINE_bool("gzip", False, "GZIP-compress the TFRecord files.")
 flags.DEFINE_integer(
     "num_workers",
     1,
-    "Worker processes (about 100 MB of memory each). The output depends on the inputs, the flags, "
-    "the seed and this number only.",
+    "Worker processes (about 100 MB of memory each). Any number writes the same records (a "
+    "function of the inputs, the flags and the seed); only their order within a shard differs.",
 )
 flags.DEFINE_integer(
     "num_output_shards",

@@ -15,8 +15,9 @@ A single worker writes the shard file directly.
 
 Shard i holds the instances of the documents that start in the i-th 1/N of the input
 bytes, so shards complete one after another, and a re-run can skip the complete ones
-without changing the others. The output is a function of the inputs, the options,
-the seed and the worker count.
+without changing the others. Each chunk's records are a function of its text, the
+options, the seed and its position (see `data_prep.chunks`), so any worker count
+writes the same multiset of records; only their order within a shard differs.
 """
 
 from __future__ import annotations
