@@ -462,9 +462,11 @@ def test_dynamic_masking_reader_rates(tmp_path, whole_word):
         chosen = ~unchanged
         continuation = originals["word_continuation"] > 0
         assert not (chosen[:, :-1] & continuation[:, 1:] & ~chosen[:, 1:]).any()
-        # (A '##' piece right after [SEP] belongs to A's last word, as in the original.)
+        # (A '##' piece right after [SEP] belongs to A's last word, as in the original;
+        # one right after [CLS], where front truncation cut A mid-word, starts a word.)
         after_sep = originals["input_word_ids"][:, :-1] == SEP_ID
-        assert not (~chosen[:, :-1] & ~after_sep & continuation[:, 1:] & chosen[:, 1:]).any()
+        after_cls = originals["input_word_ids"][:, :-1] == CLS_ID
+        assert not (~chosen[:, :-1] & ~after_sep & ~after_cls & continuation[:, 1:] & chosen[:, 1:]).any()
     # Another seed, other masks.
     again = next(iter(masked(seed=4)))
     assert not np.array_equal(again["masked_lm_positions"].numpy(), batches[0]["masked_lm_positions"])
