@@ -53,3 +53,77 @@ def test_any_worker_count_writes_the_same_records(tmp_path, name):
     # Not a vacuous equality: another seed gives other records (all but a few).
     other = generate([corpus], vocab, tmp_path / "seed", 2, random_seed=8, **extra)
     assert sum((other & one).values()) < 0.01 * sum(one.values())
+
+
+def test_many_files_give_the_same_records_with_any_worker_count(tmp_path):
+    corpus, vocab, _ = corpus_slice("wikitext2", tmp_path)
+    lines = corpus.read_bytes().splitlines(keepends=True)
+    files = []
+    for k, part in enumerate((lines[:400], lines[400:410], lines[410:])):  # a 10-line file too
+        files.append(tmp_path / f"part{k}.txt")
+        files[-1].write_bytes(b"".join(part))
+    one = generate(files, vocab, tmp_path / "w1", 1, shards=3)
+    assert generate(files, vocab, tmp_path / "w2", 2, shards=3) == one
+
+
+class CountingOpener:
+    """`open` that counts the bytes read through it."""
+
+    def __init__(self):
+        self.bytes_read = 0
+
+    def __call__(self, path, mode):
+        file = open(path, mode)  # noqa: SIM115 (closed by span_documents' `with`)
+        counter, read, readline = self, file.read, file.readline
+
+        def counted(function):
+            def wrapper(*args):
+                data = function(*args)
+                counter.bytes_read += len(data)
+                return data
+
+            return wrapper
+
+        file.read, file.readline = counted(read), counted(readline)
+        return _Lines(file)
+
+
+class _Lines:
+    """Iterates a file by `readline` (so that reads are counted)."""
+
+    def __init__(self, file):
+        self.file = file
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+    def __iter__(self):
+        return iter(self.file.readline, b"")
+
+
+@pytest.mark.parametrize("num_workers", [4, 16])
+def test_each_worker_reads_only_its_own_spans(tmp_path, num_workers):
+    from data_prep.corpus import InputProblems, read_documents, span_documents
+    from data_prep.generate import Share, plan_chunks
+
+    enwiki = sorted(shared_file("pretrain/enwiki/wiki_00").parent.glob("wiki_0[0-3]"))
+    sizes = [(str(path), path.stat().st_size) for path in enwiki]
+    total = sum(size for _, size in sizes)
+    plan = plan_chunks(sizes, num_shards=4)
+    documents, reads = [], []
+    for worker in range(num_workers):
+        opener = CountingOpener()
+        for chunk in Share(worker, num_workers, set(range(4))).chunks(plan):
+            documents += [(d.start, d.lines) for d in span_documents(chunk.span, InputProblems(), print, opener)]
+        reads.append(opener.bytes_read)
+    # Every document once, whoever read it; each worker read about its 1/N of the bytes
+    # (a document across a span's end is read by both spans' readers: 7% more here).
+    assert sorted(documents) == [(d.start, d.lines) for d in read_documents([p for p, _ in sizes], InputProblems(), print)]
+    assert max(reads) < 1.2 * total / num_workers + 2 * (64 << 10), (reads, total)
+    assert sum(reads) < 1.1 * total
