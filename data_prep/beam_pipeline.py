@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
+from collections import Counter
 from collections.abc import Iterator
 
 from absl import flags
@@ -37,13 +39,15 @@ from bert_tf.errors import BertTfError
 from bert_tf.tokenization import FullTokenizer
 from data_prep.chunks import ChunkProcessor, GenerationOptions
 from data_prep.corpus import InputProblems
-from data_prep.generate import PlannedChunk, plan_chunks, read_chunk, validate
+from data_prep.generate import Job, PlannedChunk, plan_chunks, read_chunk, statistics, validate, write_json
 from data_prep.tfrecord import unframe
 
 try:
     import apache_beam as beam
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
+    from apache_beam.metrics import Metrics
+    from apache_beam.metrics.metric import MetricsFilter
     from apache_beam.options.pipeline_options import PipelineOptions
 except ModuleNotFoundError:  # an optional extra: main() says how to install it
     beam = None
@@ -147,8 +151,20 @@ class ChunkRecords(beam.DoFn if beam else object):
         self.processor = ChunkProcessor(self.options, self.tokenizer)
 
     def process(self, planned: PlannedChunk) -> Iterator[bytes]:
-        task = read_chunk(planned, InputProblems(), lambda _: None, lambda path, _: FileSystems.open(path))
-        yield from unframe(self.processor.process(task).records)
+        problems = InputProblems()
+        task = read_chunk(planned, problems, lambda _: None, lambda path, _: FileSystems.open(path))
+        result = self.processor.process(task)
+        # The counts of the stats file, summed over the workers by the runner.
+        for name, value in [*result.counts.items(), *_problem_counts(problems).items()]:
+            Metrics.counter(METRICS, name).inc(value)
+        yield from unframe(result.records)
+
+
+METRICS = "bert_tf"
+
+
+def _problem_counts(problems: InputProblems) -> dict[str, int]:
+    return {name: getattr(problems, name) for name in ("undecodable_lines", "long_lines", "split_documents")}
 
 
 def build(pipeline, plan: list[PlannedChunk], records: ChunkRecords, prefix: str, shards: int, gzip: bool) -> None:
@@ -166,6 +182,17 @@ def build(pipeline, plan: list[PlannedChunk], records: ChunkRecords, prefix: str
             compression_type=CompressionTypes.GZIP if gzip else CompressionTypes.UNCOMPRESSED,
         )
     )
+
+
+def _statistics(job: Job, plan: list[PlannedChunk], result, seconds: float) -> dict:
+    """The local path's stats file, from the pipeline's counters."""
+    counts: Counter = Counter()
+    for counter in result.metrics().query(MetricsFilter().with_namespace(METRICS))["counters"]:
+        # Some runners report only attempted (not committed) values.
+        counts[counter.key.metric.name] += counter.committed if counter.committed is not None else counter.attempted
+    problems = InputProblems(**{name: counts.pop(name, 0) for name in _problem_counts(InputProblems())})
+    total_bytes = sum(chunk.span.end - chunk.span.start for chunk in plan)
+    return statistics(job, counts, problems, total_bytes, seconds, list(range(len(job.output_files))))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,8 +215,15 @@ def main(argv: list[str] | None = None) -> int:
         prefix, shards = output_prefix(FLAGS.output_file, FLAGS.num_output_shards)
         plan = plan_chunks(match_inputs(FLAGS.input_file), max(shards, 1))
         records = ChunkRecords(options, FullTokenizer(FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case))
-        with beam.Pipeline(options=pipeline_opts) as pipeline:
-            build(pipeline, plan, records, prefix, shards, FLAGS.gzip)
+        start = time.monotonic()
+        pipeline = beam.Pipeline(options=pipeline_opts)
+        build(pipeline, plan, records, prefix, shards, FLAGS.gzip)
+        result = pipeline.run()
+        result.wait_until_finish()
+        if FLAGS.stats_file:
+            files = list(dict.fromkeys(chunk.span.path for chunk in plan))
+            job = Job(files, _local.output_paths(prefix, shards), FLAGS.vocab_file, options=options)
+            write_json(FLAGS.stats_file, _statistics(job, plan, result, time.monotonic() - start))
     except BertTfError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

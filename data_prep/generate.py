@@ -471,10 +471,10 @@ def run(job: Job, progress: bool = True, warn: Callable[[str], None] = _warn) ->
         tracker.update(total_bytes, counts["documents"], counts["instances"], final=True)
     else:
         warn(f"all {num_shards} output file(s) exist; nothing to do (--overwrite redoes them).")
-    stats = _statistics(job, counts, problems, total_bytes, time.monotonic() - tracker.start, todo)
+    stats = statistics(job, counts, problems, total_bytes, time.monotonic() - tracker.start, todo)
     _closing_warnings(stats, problems, warn)
     if job.stats_file:
-        _write_json(job.stats_file, stats)
+        write_json(job.stats_file, stats)
     return stats
 
 
@@ -512,7 +512,7 @@ def _generate(
         raise
 
 
-def _statistics(
+def statistics(
     job: Job, counts: Counter, problems: InputProblems, total_bytes: int, seconds: float, todo: list[int]
 ) -> dict:
     instances = counts["instances"]
@@ -560,7 +560,7 @@ def _closing_warnings(stats: dict, problems: InputProblems, warn: Callable[[str]
         )
 
 
-def _write_json(path: str, data: dict) -> None:
+def write_json(path: str, data: dict) -> None:
     temporary = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.incomplete")
     with open(temporary, "w", encoding="utf-8") as file:
         json.dump(data, file, indent=2)

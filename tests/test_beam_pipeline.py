@@ -5,6 +5,7 @@ Skipped when apache_beam is not installed (it is an optional extra, pip install 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -48,10 +49,15 @@ def test_direct_runner_writes_the_local_paths_records(tmp_path, name, runner_fla
     local = generate([corpus], vocab, tmp_path / "local", 2, shards=2, **extra)
     word_flags = ["--do_whole_word_mask"] if extra.get("do_whole_word_mask") else []
     (tmp_path / "beam").mkdir()
-    assert run_beam(corpus, vocab, tmp_path / "beam" / "out", "--runner=DirectRunner", *word_flags, *runner_flags) == 0
+    stats_file = tmp_path / "stats.json"
+    flags = ["--runner=DirectRunner", f"--stats_file={stats_file}", *word_flags, *runner_flags]
+    assert run_beam(corpus, vocab, tmp_path / "beam" / "out", *flags) == 0
     shards = sorted(str(path) for path in (tmp_path / "beam").iterdir())
     assert [Path(path).name for path in shards] == ["out-00000-of-00002", "out-00001-of-00002"]
     assert record_multiset(shards) == local
+    stats = json.loads(stats_file.read_text())
+    assert stats["instances"] == sum(local.values())
+    assert abs(stats["masked_fraction"] - 0.15) < 0.01
 
 
 @pytest.mark.parametrize(
