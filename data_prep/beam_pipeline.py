@@ -6,9 +6,9 @@ own pipeline option and goes to Beam untouched (`--project`, `--region`,
 `--temp_location`, `--flink_master`, `--direct_num_workers`...). The pipeline is the
 local path's, step by step:
 
-    file sizes --plan_chunks--> chunks (byte spans) --Reshuffle--> on the workers:
-    read_chunk, ChunkProcessor.process (tokenize, pack, mask, serialize) --> records
-    --WriteToTFRecord--> PATH-00000-of-0000N ...
+    file sizes --> files --ChunkPlan.file_chunks--> chunks (byte spans) --Reshuffle-->
+    on the workers: read_chunk, ChunkProcessor.process (tokenize, pack, mask,
+    serialize) --> records --WriteToTFRecord--> PATH-00000-of-0000N ...
 
 A chunk's records depend only on its text, the flags, the seed and its position, so
 the records are the same multiset as `create_pretraining_data.py`'s with the same
@@ -39,7 +39,7 @@ from bert_tf.errors import BertTfError
 from bert_tf.tokenization import FullTokenizer
 from data_prep.chunks import ChunkProcessor, GenerationOptions
 from data_prep.corpus import InputProblems
-from data_prep.generate import Job, PlannedChunk, plan_chunks, read_chunk, statistics, validate, write_json
+from data_prep.generate import ChunkPlan, Job, PlannedChunk, read_chunk, statistics, validate, write_json
 from data_prep.tfrecord import unframe
 
 try:
@@ -167,11 +167,12 @@ def _problem_counts(problems: InputProblems) -> dict[str, int]:
     return {name: getattr(problems, name) for name in ("undecodable_lines", "long_lines", "split_documents")}
 
 
-def build(pipeline, plan: list[PlannedChunk], records: ChunkRecords, prefix: str, shards: int, gzip: bool) -> None:
+def build(pipeline, plan: ChunkPlan, records: ChunkRecords, prefix: str, shards: int, gzip: bool) -> None:
     """Adds the steps to `pipeline`."""
     (
         pipeline
-        | "Plan" >> beam.Create(plan, reshuffle=False)
+        | "Files" >> beam.Create(plan.files())
+        | "Plan" >> beam.FlatMap(plan.file_chunks)
         | "Spread" >> beam.Reshuffle()
         | "Records" >> beam.ParDo(records)
         | "Write"
@@ -184,15 +185,14 @@ def build(pipeline, plan: list[PlannedChunk], records: ChunkRecords, prefix: str
     )
 
 
-def _statistics(job: Job, plan: list[PlannedChunk], result, seconds: float) -> dict:
+def _statistics(job: Job, plan: ChunkPlan, result, seconds: float) -> dict:
     """The local path's stats file, from the pipeline's counters."""
     counts: Counter = Counter()
     for counter in result.metrics().query(MetricsFilter().with_namespace(METRICS))["counters"]:
         # Some runners report only attempted (not committed) values.
         counts[counter.key.metric.name] += counter.committed if counter.committed is not None else counter.attempted
     problems = InputProblems(**{name: counts.pop(name, 0) for name in _problem_counts(InputProblems())})
-    total_bytes = sum(chunk.span.end - chunk.span.start for chunk in plan)
-    return statistics(job, counts, problems, total_bytes, seconds, list(range(len(job.output_files))))
+    return statistics(job, counts, problems, plan.total_bytes, seconds, list(range(len(job.output_files))))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         validate(options, 1)
         pipeline_opts = pipeline_options(FLAGS.runner, beam_args)
         prefix, shards = output_prefix(FLAGS.output_file, FLAGS.num_output_shards)
-        plan = plan_chunks(match_inputs(FLAGS.input_file), max(shards, 1))
+        plan = ChunkPlan(match_inputs(FLAGS.input_file), max(shards, 1))
         records = ChunkRecords(options, FullTokenizer(FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case))
         start = time.monotonic()
         pipeline = beam.Pipeline(options=pipeline_opts)
@@ -221,8 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         result = pipeline.run()
         result.wait_until_finish()
         if FLAGS.stats_file:
-            files = list(dict.fromkeys(chunk.span.path for chunk in plan))
-            job = Job(files, _local.output_paths(prefix, shards), FLAGS.vocab_file, options=options)
+            job = Job([path for path, _ in plan.sizes], _local.output_paths(prefix, shards), FLAGS.vocab_file, options=options)
             write_json(FLAGS.stats_file, _statistics(job, plan, result, time.monotonic() - start))
     except BertTfError as error:
         print(f"error: {error}", file=sys.stderr)

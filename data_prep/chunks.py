@@ -5,10 +5,10 @@ packs `dupe_factor` rounds of instances (the original's loop order: every docume
 once per round), shuffles them, masks them and serializes them.
 
 A chunk is also the NotNext pool: a NotNext segment B comes from another document of
-the same chunk. Chunks are cut at byte positions of the corpus and their random
-streams are seeded by (random_seed, shard, chunk), so a chunk's records are a function
-of its own text, the options and its position only: any number of workers, or a Beam
-pipeline, that processes the same chunks writes the same multiset of records.
+the same chunk. Chunks are cut at byte positions of the corpus, and their random
+streams are seeded by (random_seed, shard, the chunk's offset in the corpus), so a
+chunk's records are a function of its own text, the options and its position only:
+any number of workers, or a Beam pipeline, writes the same multiset of records.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class GenerationOptions:
 @dataclass
 class ChunkTask:
     shard: int
-    index: int  # within the shard
+    index: int  # its position: the corpus offset where its text starts
     documents: list[list[str]]  # each a list of sentences (lines)
     end_offset: int  # corpus byte offset where the chunk ends, for progress
 

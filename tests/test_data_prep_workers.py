@@ -110,12 +110,12 @@ class _Lines:
 @pytest.mark.parametrize("num_workers", [4, 16])
 def test_each_worker_reads_only_its_own_spans(tmp_path, num_workers):
     from data_prep.corpus import InputProblems, read_documents, span_documents
-    from data_prep.generate import Share, plan_chunks
+    from data_prep.generate import ChunkPlan, Share
 
     enwiki = sorted(shared_file("pretrain/enwiki/wiki_00").parent.glob("wiki_0[0-3]"))
     sizes = [(str(path), path.stat().st_size) for path in enwiki]
     total = sum(size for _, size in sizes)
-    plan = plan_chunks(sizes, num_shards=4)
+    plan = ChunkPlan(sizes, num_shards=4)
     documents, reads = [], []
     for worker in range(num_workers):
         opener = CountingOpener()
