@@ -1,16 +1,22 @@
 """How the local data path scales: each worker's read cost, and the efficiency model.
 
-One pass over a many-file corpus (the shared `pretrain/enwiki/wiki_*`, WikiExtractor
-output read as text) times, chunk by chunk of the plan that `data_prep.generate` makes,
-reading the chunk's span (`read_chunk`) and making its records (`ChunkProcessor`).
-Worker w of N does the chunks k with k mod N == w, so its time is the sum of their
-costs; the efficiency at N workers is the 1-worker time over N times the slowest
-worker's (imbalance and the bytes that two spans' readers both read included; start-up
-and the shard joins left out). It also gives the old design's figure, where every
-worker read the whole corpus and processed its share, and the model for a corpus of
-many chunks per worker (balanced): 1 / (1 + r x) with r the read's share of the
-1-worker time and x the extra reads per worker (the corpus' N - 1 other shares before;
-now the bytes that two spans' readers both read).
+On a many-file corpus (the shared `pretrain/enwiki/wiki_*`, WikiExtractor output read
+as text) and the plan of chunks that `data_prep.generate` makes, it times making each
+chunk's records (`ChunkProcessor`, once read) and reading the whole corpus the way a
+worker reads its spans (`read_chunk`: every document parsed and decoded; the fastest
+of 3 passes), and counts the bytes each of N workers reads to read its own spans
+(worker w does the chunks k with k mod N == w), read at the whole read's rate. Two
+figures per N:
+
+- here: the 1-worker time over N times the slowest worker's, on this corpus (a small
+  corpus has few chunks per worker: this includes their imbalance), with each worker
+  reading its spans, and with each reading the whole corpus (the design before);
+- the model for a corpus of many chunks per worker, where only the reads cost extra:
+  1 / (1 + r x), r the whole read's share of the 1-worker time and x the extra reads
+  of all workers together, in whole-corpus reads: the documents across span ends
+  that two readers read (x = N - 1 when every worker read everything).
+
+Start-up and the shard joins are left out.
 
 Prints a table and writes bench/results/data_prep_scaling.json.
 
@@ -35,7 +41,7 @@ import data_prep  # noqa: F401,E402  (before bert_tf: see data_prep/__init__.py)
 from bert_tf.tokenization import FullTokenizer  # noqa: E402
 from data_prep.chunks import ChunkProcessor, GenerationOptions  # noqa: E402
 from data_prep.corpus import InputProblems  # noqa: E402
-from data_prep.generate import ChunkPlan, read_chunk  # noqa: E402
+from data_prep.generate import ChunkPlan, Share, read_chunk  # noqa: E402
 
 
 class CountingFile:
@@ -71,53 +77,62 @@ class CountingFile:
         self._file.close()
 
 
-def chunk_costs(files: list[str], vocab: str, num_shards: int) -> list[dict]:
-    """Seconds to read and to process each chunk of the plan, and the bytes read."""
+def process_costs(plan: ChunkPlan, vocab: str) -> list[float]:
+    """Seconds to make each chunk's records, once read (in plan order)."""
     processor = ChunkProcessor(GenerationOptions(), FullTokenizer(vocab))
-    plan = ChunkPlan([(path, os.path.getsize(path)) for path in files], num_shards)
     costs = []
     for planned in plan:
-        reads = []
-        for _ in range(3):  # the fastest of 3: a read is cheap, a pause of this shared machine is not
-            CountingFile.counted = 0
-            start = time.perf_counter()
-            task = read_chunk(planned, InputProblems(), lambda _: None, CountingFile)
-            reads.append(time.perf_counter() - start)
+        task = read_chunk(planned, InputProblems(), lambda _: None)
         start = time.perf_counter()
         processor.process(task)
-        costs.append({
-            "read_s": min(reads),
-            "process_s": time.perf_counter() - start,
-            "bytes_read": CountingFile.counted,
-            "span_bytes": planned.span.end - planned.span.start,
-        })
+        costs.append(time.perf_counter() - start)
     return costs
 
 
-def model(costs: list[dict], workers: int) -> dict:
-    """The efficiency at `workers` workers, this design's and the whole-corpus read's."""
-    total = sum(c["read_s"] + c["process_s"] for c in costs)
-    read_all = sum(c["read_s"] for c in costs)
-    shares = [costs[w::workers] for w in range(workers)]
-    times = [sum(c["read_s"] + c["process_s"] for c in share) for share in shares]
-    old_times = [read_all + sum(c["process_s"] for c in share) for share in shares]
-    reads = [sum(c["bytes_read"] for c in share) for share in shares]
-    read_seconds = [sum(c["read_s"] for c in share) for share in shares]
-    corpus_bytes = sum(c["span_bytes"] for c in costs)
-    # A corpus of many chunks per worker balances: what is left is the read. Each worker
-    # reads its 1/N (plus the documents across its spans' ends) instead of all of it.
-    read_share = read_all / total
-    extra_bytes = sum(c["bytes_read"] for c in costs) / corpus_bytes - 1
+def read_bytes(plan: ChunkPlan, workers: int) -> list[int]:
+    """Per worker: the bytes it reads to read its own spans (`read_chunk`)."""
+    sizes = []
+    for worker in range(workers):
+        CountingFile.counted = 0
+        for planned in Share(worker, workers, set(range(plan.num_shards))).chunks(plan):
+            read_chunk(planned, InputProblems(), lambda _: None, CountingFile)
+        sizes.append(CountingFile.counted)
+    return sizes
+
+
+def whole_read_seconds(plan: ChunkPlan, passes: int = 3) -> float:
+    """Seconds to read every chunk once (one worker's read), the fastest of `passes`."""
+    seconds = []
+    for _ in range(passes):
+        start = time.perf_counter()
+        for planned in plan:
+            read_chunk(planned, InputProblems(), lambda _: None)
+        seconds.append(time.perf_counter() - start)
+    return min(seconds)
+
+
+def model(process: list[float], reads: list[int], whole_read_s: float, whole_bytes: int, corpus_bytes: int) -> dict:
+    """The efficiency at N = len(reads) workers, here and in the model (module docstring).
+
+    A worker's read takes the whole read's time per byte: timing small shares one by one
+    on this shared machine measures its caches more than the reading.
+    """
+    workers = len(reads)
+    total = sum(process) + whole_read_s
+    seconds = [whole_read_s * size / whole_bytes for size in reads]
+    times = [sum(process[w::workers]) + seconds[w] for w in range(workers)]
+    old_times = [sum(process[w::workers]) + whole_read_s for w in range(workers)]
+    read_share = whole_read_s / total
+    extra = sum(reads) / whole_bytes - 1
     return {
         "workers": workers,
         "read_mb_per_worker": max(reads) / 1e6,
         "read_share_of_corpus": max(reads) / corpus_bytes,
-        "read_s_per_worker": max(read_seconds),
-        "read_share_of_work": max(read_seconds) / max(times),
-        "efficiency": total / (workers * max(times)),
-        "efficiency_whole_corpus_read": total / (workers * max(old_times)),
-        "model_spans": 1 / (1 + read_share * extra_bytes),
-        "model_whole_corpus_read": 1 / (1 + read_share * (workers - 1)),
+        "read_s_per_worker": max(seconds),
+        "efficiency_here": total / (workers * max(times)),
+        "efficiency_here_whole_read": total / (workers * max(old_times)),
+        "model_spans": 1 / (1 + read_share * extra),
+        "model_whole_read": 1 / (1 + read_share * (workers - 1)),
     }
 
 
@@ -129,18 +144,23 @@ def main() -> None:
     args = parser.parse_args()
     files = sorted(str(p) for p in (data_dir() / "pretrain" / "enwiki").glob("wiki_*"))[: args.files]
     vocab = str(data_dir() / "vocab" / "google_uncased_en_vocab.txt")
-    costs = chunk_costs(files, vocab, args.num_shards)
-    rows = [model(costs, int(n)) for n in args.workers.split(",")]
+    plan = ChunkPlan([(path, os.path.getsize(path)) for path in files], args.num_shards)
+    process = process_costs(plan, vocab)
+    counts = [int(n) for n in args.workers.split(",")]
+    whole_read_s = whole_read_seconds(plan)
+    corpus_bytes = plan.total_bytes
+    reads = {n: read_bytes(plan, n) for n in sorted({1, *counts})}
+    (whole_bytes,) = reads[1]
+    rows = [model(process, reads[n], whole_read_s, whole_bytes, corpus_bytes) for n in counts]
     print_table(rows, list(rows[0]))
-    read = sum(c["read_s"] for c in costs)
-    work = sum(c["read_s"] + c["process_s"] for c in costs)
     summary = {
-        "corpus_mb": sum(c["span_bytes"] for c in costs) / 1e6,
+        "corpus_mb": corpus_bytes / 1e6,
         "files": len(files),
-        "chunks": len(costs),
-        "one_worker_s": work,
-        "read_share_of_one_worker": read / work,
-        "bytes_read_over_corpus": sum(c["bytes_read"] for c in costs) / sum(c["span_bytes"] for c in costs),
+        "chunks": len(process),
+        "one_worker_s": sum(process) + whole_read_s,
+        "whole_read_s": whole_read_s,
+        "read_share_of_one_worker": whole_read_s / (sum(process) + whole_read_s),
+        "bytes_read_over_corpus": sum(reads[max(counts)]) / corpus_bytes,
     }
     print(summary)
     print("wrote", write_json("data_prep_scaling", {"summary": summary, "rows": rows}))

@@ -53,12 +53,6 @@ except ModuleNotFoundError:  # an optional extra: main() says how to install it
     beam = None
 
 # === Flags ===
-# The local command declares the flags this pipeline shares with it (it moves into
-# data_prep, see COMMANDS.md; until then it is the root script).
-try:
-    _local = importlib.import_module("data_prep.create_pretraining_data")
-except ModuleNotFoundError:
-    _local = importlib.import_module("create_pretraining_data")
 FLAGS = flags.FLAGS
 
 # Beam's runner names, and the options each cannot run without. (FlinkRunner and
@@ -71,7 +65,24 @@ RUNNERS = {
     "SparkRunner": ("spark_master_url",),
     "PortableRunner": ("job_endpoint",),
 }
-flags.DEFINE_string("runner", "DirectRunner", f"The Beam runner: {', '.join(RUNNERS)}.")
+
+
+def local_command():
+    """The local command's module, which declares the flags this pipeline shares with it
+    (on absl's global FLAGS) when imported; `--runner` is declared with them.
+
+    Not done when this module is imported: a process that imports it (pytest collecting
+    doctests) can still load Model Garden's create_pretraining_data, whose flags have
+    the same names. The module moves into data_prep (see COMMANDS.md); until then it
+    is the root script.
+    """
+    try:
+        module = importlib.import_module("data_prep.create_pretraining_data")
+    except ModuleNotFoundError:
+        module = importlib.import_module("create_pretraining_data")
+    if "runner" not in FLAGS:
+        flags.DEFINE_string("runner", "DirectRunner", f"The Beam runner: {', '.join(RUNNERS)}.")
+    return module
 
 
 def require_beam() -> None:
@@ -132,7 +143,7 @@ def match_inputs(patterns: str) -> list[tuple[str, int]]:
 
 def output_prefix(output_file: str, num_output_shards: int) -> tuple[str, int]:
     """The file prefix and shard count for WriteToTFRecord (0 shards: one file, no suffix)."""
-    paths = _local.output_paths(output_file, num_output_shards)
+    paths = local_command().output_paths(output_file, num_output_shards)
     if len(paths) > 1 and not num_output_shards:
         raise BertTfError("The Beam pipeline writes shards of one prefix: give a single --output_file and --num_output_shards.")
     return output_file.strip(), num_output_shards
@@ -198,7 +209,7 @@ def _statistics(job: Job, plan: ChunkPlan, result, seconds: float) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Runs the pipeline; returns the exit status (1, with one sentence, for bad input)."""
     argv = list(sys.argv if argv is None else argv)
-    FLAGS.unparse_flags()  # main() may run more than once in a process (tests)
+    local_command()
     try:
         beam_args = FLAGS(argv, known_only=True)[1:]
     except flags.Error as error:
@@ -221,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         result = pipeline.run()
         result.wait_until_finish()
         if FLAGS.stats_file:
-            job = Job([path for path, _ in plan.sizes], _local.output_paths(prefix, shards), FLAGS.vocab_file, options=options)
+            job = Job([path for path, _ in plan.sizes], local_command().output_paths(prefix, shards), FLAGS.vocab_file, options=options)
             write_json(FLAGS.stats_file, _statistics(job, plan, result, time.monotonic() - start))
     except BertTfError as error:
         print(f"error: {error}", file=sys.stderr)
