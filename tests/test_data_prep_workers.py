@@ -127,3 +127,20 @@ def test_each_worker_reads_only_its_own_spans(tmp_path, num_workers):
     assert sorted(documents) == [(d.start, d.lines) for d in read_documents([p for p, _ in sizes], InputProblems(), print)]
     assert max(reads) < 1.2 * total / num_workers + 2 * (64 << 10), (reads, total)
     assert sum(reads) < 1.1 * total
+
+
+def test_input_problems_are_reported_whichever_worker_reads_them(tmp_path):
+    corpus, vocab, _ = corpus_slice("wikitext2", tmp_path)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"A first sentence.\r\nA bad \xff byte.\r\n\r\nAnother document here.\r\n")
+    seen = {}
+    for workers in (1, 2, 3):
+        (tmp_path / f"w{workers}").mkdir()
+        warnings: list[str] = []
+        job = Job([str(corpus), str(bad)], [str(tmp_path / f"w{workers}" / "out")], str(vocab),
+                  options=GenerationOptions(dupe_factor=1), num_workers=workers)
+        stats = run(job, progress=False, warn=warnings.append)
+        seen[workers] = (stats["undecodable_lines"], stats["crlf_files"], stats["documents"], sorted(warnings))
+    assert seen[1][:2] == (1, [str(bad)])
+    assert seen[2] == seen[1] and seen[3] == seen[1]
+    assert any("CRLF" in message for message in seen[1][3]) and any("UTF-8" in message for message in seen[1][3])
