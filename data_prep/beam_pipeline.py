@@ -16,7 +16,8 @@ flags (`--num_output_shards` included: shard boundaries cut the spans), whatever
 runner and its parallelism. Which shard a record lands in is the runner's choice.
 The vocabulary travels inside the pickled tokenizer; each worker holds one chunk at a
 time. Beam's file sink writes to a temporary folder and renames the shards into place
-once all are written. Only DirectRunner is tested here.
+once all are written; every run writes every shard (`--overwrite` and `--num_workers`
+are the local command's: here the runner decides). Only DirectRunner is tested here.
 
 Example (in-process, 2 worker processes):
   python -m data_prep.beam_pipeline --input_file='corpus/*.txt' \\
@@ -210,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the pipeline; returns the exit status (1, with one sentence, for bad input)."""
     argv = list(sys.argv if argv is None else argv)
     local_command()
+    if {"-h", "--help", "--helpfull"} & set(argv[1:]):
+        print(__doc__.split("\n\n")[0], "\n\nFlags (any other flag is Beam's pipeline option):\n", FLAGS.get_help())
+        return 0
     try:
         beam_args = FLAGS(argv, known_only=True)[1:]
     except flags.Error as error:
