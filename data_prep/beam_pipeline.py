@@ -6,18 +6,22 @@ own pipeline option and goes to Beam untouched (`--project`, `--region`,
 `--temp_location`, `--flink_master`, `--direct_num_workers`...). The pipeline is the
 local path's, step by step:
 
-    file sizes --> files --ChunkPlan.file_chunks--> chunks (byte spans) --Reshuffle-->
-    on the workers: read_chunk, ChunkProcessor.process (tokenize, pack, mask,
-    serialize) --> records --WriteToTFRecord--> PATH-00000-of-0000N ...
+    file sizes --> files --ChunkPlan.file_chunks--> chunks (byte spans, a few
+    hundred bytes each to describe) --GroupByKey(shard)--> per shard, on a worker:
+    read_chunk, ChunkProcessor.process (tokenize, pack, mask, serialize), the local
+    path's ShardSink (shuffle buffer) --> PATH-0000k-of-0000N
 
-A chunk's records depend only on its text, the flags, the seed and its position, so
-the records are the same multiset as `create_pretraining_data.py`'s with the same
-flags (`--num_output_shards` included: shard boundaries cut the spans), whatever the
-runner and its parallelism. Which shard a record lands in is the runner's choice.
-The vocabulary travels inside the pickled tokenizer; each worker holds one chunk at a
-time. Beam's file sink writes to a temporary folder and renames the shards into place
-once all are written; every run writes every shard (`--overwrite` and `--num_workers`
-are the local command's: here the runner decides). Only DirectRunner is tested here.
+A chunk's records depend only on its text, the flags, the seed and its position, and
+a shard holds the chunks of its 1/N of the input bytes, so each shard holds the same
+multiset of records as `create_pretraining_data.py`'s with the same flags, whatever
+the runner. Only chunk descriptions are grouped (shuffled): a worker holds one chunk's
+records and the shuffle buffer (16 MB), so memory stays bounded even on DirectRunner,
+which keeps a shuffle's data in memory. The parallelism is the number of shards: give
+--num_output_shards of at least the runner's workers. The vocabulary travels inside
+the pickled tokenizer. A shard is written under a temporary name
+(`.NAME.incomplete`) and renamed when complete; a retried shard is written again
+whole. Every run writes every shard (`--overwrite` and `--num_workers` are the local
+command's). Only DirectRunner is tested here.
 
 Example (in-process, 2 worker processes):
   python -m data_prep.beam_pipeline --input_file='corpus/*.txt' \\
@@ -31,7 +35,7 @@ import importlib
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from absl import flags
 
@@ -40,8 +44,17 @@ from bert_tf.errors import BertTfError
 from bert_tf.tokenization import FullTokenizer
 from data_prep.chunks import ChunkProcessor, GenerationOptions
 from data_prep.corpus import InputProblems
-from data_prep.generate import ChunkPlan, Job, PlannedChunk, read_chunk, statistics, validate, write_json
-from data_prep.tfrecord import unframe
+from data_prep.generate import (
+    ChunkPlan,
+    Job,
+    PlannedChunk,
+    ShardSink,
+    read_chunk,
+    statistics,
+    validate,
+    write_json,
+)
+from data_prep.tfrecord import RecordFileWriter
 
 try:
     import apache_beam as beam
@@ -142,34 +155,59 @@ def match_inputs(patterns: str) -> list[tuple[str, int]]:
     return kept
 
 
-def output_prefix(output_file: str, num_output_shards: int) -> tuple[str, int]:
-    """The file prefix and shard count for WriteToTFRecord (0 shards: one file, no suffix)."""
-    paths = local_command().output_paths(output_file, num_output_shards)
-    if len(paths) > 1 and not num_output_shards:
-        raise BertTfError("The Beam pipeline writes shards of one prefix: give a single --output_file and --num_output_shards.")
-    return output_file.strip(), num_output_shards
-
-
 # === The pipeline ===
-class ChunkRecords(beam.DoFn if beam else object):
-    """A planned chunk in, its serialized tf.train.Examples out (the local path's steps)."""
+class BeamRecordWriter:
+    """`RecordFileWriter`'s methods on the runner's file system (gs://, hdfs://...)."""
 
-    def __init__(self, options: GenerationOptions, tokenizer: FullTokenizer):
+    def __init__(self, path: str, gzip: bool):
+        self.path = path
+        self.temp_path = RecordFileWriter.temporary_name(path)
+        compression = CompressionTypes.GZIP if gzip else CompressionTypes.UNCOMPRESSED
+        self._file = FileSystems.create(self.temp_path, compression_type=compression)
+
+    def write(self, framed: bytes) -> None:
+        self._file.write(framed)
+
+    def commit(self, sync: bool = True) -> None:  # noqa: ARG002 (the file system decides)
+        self._file.close()
+        FileSystems.rename([self.temp_path], [self.path])
+
+    def abort(self) -> None:
+        self._file.close()
+        FileSystems.delete([self.temp_path])
+
+
+class WriteShard(beam.DoFn if beam else object):
+    """A shard's planned chunks in: their records written to the shard's file."""
+
+    def __init__(self, options: GenerationOptions, tokenizer: FullTokenizer, output_files: list[str], gzip: bool):
         self.options = options
         self.tokenizer = tokenizer  # the vocabulary, shipped to the workers with the DoFn
+        self.output_files = output_files
+        self.gzip = gzip
         self.processor: ChunkProcessor | None = None
 
     def setup(self) -> None:
         self.processor = ChunkProcessor(self.options, self.tokenizer)
 
-    def process(self, planned: PlannedChunk) -> Iterator[bytes]:
-        problems = InputProblems()
-        task = read_chunk(planned, problems, lambda _: None, lambda path, _: FileSystems.open(path))
-        result = self.processor.process(task)
-        # The counts of the stats file, summed over the workers by the runner.
-        for name, value in [*result.counts.items(), *_problem_counts(problems).items()]:
-            Metrics.counter(METRICS, name).inc(value)
-        yield from unframe(result.records)
+    def process(self, shard_chunks: tuple[int, Iterable[PlannedChunk]]) -> Iterator[str]:
+        shard, chunks = shard_chunks
+        writer = BeamRecordWriter(self.output_files[shard], self.gzip)
+        sink = ShardSink(writer, f"{self.options.random_seed}/shuffle/{shard}/beam")
+        try:
+            for planned in sorted(chunks, key=lambda chunk: chunk.index):
+                problems = InputProblems()
+                task = read_chunk(planned, problems, lambda _: None, lambda path, _: FileSystems.open(path))
+                result = self.processor.process(task)
+                sink.add(result)
+                # The counts of the stats file, summed over the workers by the runner.
+                for name, value in [*result.counts.items(), *_problem_counts(problems).items()]:
+                    Metrics.counter(METRICS, name).inc(value)
+            sink.commit()
+        except BaseException:
+            writer.abort()
+            raise
+        yield writer.path
 
 
 METRICS = "bert_tf"
@@ -179,21 +217,15 @@ def _problem_counts(problems: InputProblems) -> dict[str, int]:
     return {name: getattr(problems, name) for name in ("undecodable_lines", "long_lines", "split_documents")}
 
 
-def build(pipeline, plan: ChunkPlan, records: ChunkRecords, prefix: str, shards: int, gzip: bool) -> None:
+def build(pipeline, plan: ChunkPlan, write_shard: WriteShard) -> None:
     """Adds the steps to `pipeline`."""
     (
         pipeline
         | "Files" >> beam.Create(plan.files())
         | "Plan" >> beam.FlatMap(plan.file_chunks)
-        | "Spread" >> beam.Reshuffle()
-        | "Records" >> beam.ParDo(records)
-        | "Write"
-        >> beam.io.WriteToTFRecord(
-            prefix,
-            num_shards=max(shards, 1),
-            shard_name_template="-SSSSS-of-NNNNN" if shards else "",
-            compression_type=CompressionTypes.GZIP if gzip else CompressionTypes.UNCOMPRESSED,
-        )
+        | "ByShard" >> beam.Map(lambda chunk: (chunk.shard, chunk))
+        | "Group" >> beam.GroupByKey()
+        | "Write" >> beam.ParDo(write_shard)
     )
 
 
@@ -227,16 +259,16 @@ def main(argv: list[str] | None = None) -> int:
         options = _options()
         validate(options, 1)
         pipeline_opts = pipeline_options(FLAGS.runner, beam_args)
-        prefix, shards = output_prefix(FLAGS.output_file, FLAGS.num_output_shards)
-        plan = ChunkPlan(match_inputs(FLAGS.input_file), max(shards, 1))
-        records = ChunkRecords(options, FullTokenizer(FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case))
+        output_files = local_command().output_paths(FLAGS.output_file, FLAGS.num_output_shards)
+        plan = ChunkPlan(match_inputs(FLAGS.input_file), len(output_files))
+        tokenizer = FullTokenizer(FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case)
         start = time.monotonic()
         pipeline = beam.Pipeline(options=pipeline_opts)
-        build(pipeline, plan, records, prefix, shards, FLAGS.gzip)
+        build(pipeline, plan, WriteShard(options, tokenizer, output_files, FLAGS.gzip))
         result = pipeline.run()
         result.wait_until_finish()
         if FLAGS.stats_file:
-            job = Job([path for path, _ in plan.sizes], local_command().output_paths(prefix, shards), FLAGS.vocab_file, options=options)
+            job = Job([path for path, _ in plan.sizes], output_files, FLAGS.vocab_file, options=options)
             write_json(FLAGS.stats_file, _statistics(job, plan, result, time.monotonic() - start))
     except BertTfError as error:
         print(f"error: {error}", file=sys.stderr)

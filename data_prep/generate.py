@@ -174,10 +174,14 @@ class ShuffleBuffer:
 
 
 class ShardSink:
-    """Writes one shard: shuffles, then appends to its temporary file until `commit`."""
+    """Writes one shard: shuffles, then appends to its temporary file until `commit`.
 
-    def __init__(self, path: str, gzip: bool, seed: str):
-        self.writer = RecordFileWriter(path, gzip)
+    `writer` is a `RecordFileWriter` or one with its methods (the Beam pipeline's, on
+    the runner's file system).
+    """
+
+    def __init__(self, writer: RecordFileWriter, seed: str):
+        self.writer = writer
         self.buffer = ShuffleBuffer(SHUFFLE_BUFFER_BYTES, random.Random(seed))
 
     def add(self, result: ChunkResult) -> None:
@@ -302,7 +306,7 @@ def produce_share(
     def sink(shard: int) -> ShardSink:
         if shard not in sinks:
             seed = f"{job.options.random_seed}/shuffle/{shard}/{share.worker}"
-            sinks[shard] = ShardSink(share.path(job.output_files[shard]), job.gzip, seed)
+            sinks[shard] = ShardSink(RecordFileWriter(share.path(job.output_files[shard]), job.gzip), seed)
         return sinks[shard]
 
     def finish_shards_before(shard: int) -> None:

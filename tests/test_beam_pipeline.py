@@ -69,6 +69,8 @@ def test_direct_runner_writes_the_local_paths_records(tmp_path, name, runner_fla
     shards = sorted(str(path) for path in (tmp_path / "beam").iterdir())
     assert [Path(path).name for path in shards] == ["out-00000-of-00002", "out-00001-of-00002"]
     assert record_multiset(shards) == local
+    # Shard by shard too: shard k holds the documents of the k-th half of the bytes.
+    assert record_multiset(shards[:1]) == record_multiset([str(tmp_path / "local" / "part-0")])
     stats = json.loads(stats_file.read_text())
     assert stats["instances"] == sum(local.values())
     assert abs(stats["masked_fraction"] - 0.15) < 0.01
