@@ -14,9 +14,10 @@ local path's, step by step:
 A chunk's records depend only on its text, the flags, the seed and its position, and
 a shard holds the chunks of its 1/N of the input bytes, so each shard holds the same
 multiset of records as `create_pretraining_data.py`'s with the same flags, whatever
-the runner. Only chunk descriptions are grouped (shuffled): a worker holds one chunk's
-records and the shuffle buffer (16 MB), so memory stays bounded even on DirectRunner,
-which keeps a shuffle's data in memory. The parallelism is the number of shards: give
+the runner (uncompressed, the same bytes as with `--num_workers=1`: same chunk order,
+same shuffle). Only chunk descriptions are grouped (shuffled): a worker holds one
+chunk's records and the shuffle buffer (16 MB), so memory stays bounded even on
+DirectRunner, which keeps a shuffle's data in memory. The parallelism is the number of shards: give
 --num_output_shards of at least the runner's workers. The vocabulary travels inside
 the pickled tokenizer. A shard is written under a temporary name
 (`.NAME.incomplete`) and renamed when complete; a retried shard is written again
@@ -193,7 +194,8 @@ class WriteShard(beam.DoFn if beam else object):
     def process(self, shard_chunks: tuple[int, Iterable[PlannedChunk]]) -> Iterator[str]:
         shard, chunks = shard_chunks
         writer = BeamRecordWriter(self.output_files[shard], self.gzip)
-        sink = ShardSink(writer, f"{self.options.random_seed}/shuffle/{shard}/beam")
+        # A single local worker's order and shuffle: the same bytes as its shard.
+        sink = ShardSink(writer, self.options.random_seed, shard, worker=0)
         try:
             for planned in sorted(chunks, key=lambda chunk: chunk.index):
                 problems = InputProblems()

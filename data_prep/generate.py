@@ -180,9 +180,9 @@ class ShardSink:
     the runner's file system).
     """
 
-    def __init__(self, writer: RecordFileWriter, seed: str):
+    def __init__(self, writer: RecordFileWriter, random_seed: int, shard: int, worker: int):
         self.writer = writer
-        self.buffer = ShuffleBuffer(SHUFFLE_BUFFER_BYTES, random.Random(seed))
+        self.buffer = ShuffleBuffer(SHUFFLE_BUFFER_BYTES, random.Random(f"{random_seed}/shuffle/{shard}/{worker}"))
 
     def add(self, result: ChunkResult) -> None:
         out = self.buffer.push(split_records(result.records, result.offsets, SHUFFLE_GROUP))
@@ -305,8 +305,8 @@ def produce_share(
 
     def sink(shard: int) -> ShardSink:
         if shard not in sinks:
-            seed = f"{job.options.random_seed}/shuffle/{shard}/{share.worker}"
-            sinks[shard] = ShardSink(RecordFileWriter(share.path(job.output_files[shard]), job.gzip), seed)
+            writer = RecordFileWriter(share.path(job.output_files[shard]), job.gzip)
+            sinks[shard] = ShardSink(writer, job.options.random_seed, shard, share.worker)
         return sinks[shard]
 
     def finish_shards_before(shard: int) -> None:
