@@ -124,4 +124,5 @@ def test_without_beam_it_says_how_to_install_it(tmp_path):
 def test_help_lists_the_local_flags_and_the_runner(tmp_path):
     result = run_beam(tmp_path / "c.txt", tmp_path / "v.txt", tmp_path / "out", "--help")
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "--runner: The Beam runner" in result.stdout and "--num_output_shards" in result.stdout
+    assert "--runner (string; default: DirectRunner)" in result.stdout and "The Beam runner" in result.stdout
+    assert "--num_output_shards" in result.stdout
