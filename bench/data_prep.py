@@ -20,7 +20,14 @@ One run measures, on shared WikiText-2 (valid, as it ships), `max_seq_length=128
 
 Prints a table and writes bench/results/data_prep.json.
 
-Usage: python bench/data_prep.py [--rounds 3]  (or python -m bench.data_prep)
+With `--beam PYTHON` (a Python that has apache_beam), it measures instead the local
+path (1 and 2 workers) against `data_prep.beam_pipeline` on Beam's DirectRunner
+(in-process, and multi-processing with 2 workers), on 8 and 30 copies of WikiText-2
+valid (9 and 34 MB), 4 output shards: MB/s and peak RSS of the process tree (sampled
+in the timed run), into bench/results/data_prep_beam.json.
+
+Usage: python bench/data_prep.py [--rounds 3] [--beam /path/to/venv/bin/python]
+  (or python -m bench.data_prep)
 """
 
 from __future__ import annotations
@@ -294,20 +301,74 @@ def fidelity(work: Path, vocab_dir: Path, wikitext: Path) -> list[dict]:
     return rows
 
 
+def copies(corpus: Path, times: int, directory: Path) -> Path:
+    """`times` copies of `corpus` back to back, in `directory`."""
+    path = directory / f"{corpus.stem}_x{times}.txt"
+    with path.open("wb") as out:
+        for _ in range(times):
+            out.write(corpus.read_bytes())
+    return path
+
+
+def beam_comparison(beam_python: str, rounds: int, wikitext: Path, vocab: Path, work: Path) -> list[dict]:
+    """Local 1 and 2 workers against DirectRunner in-process and with 2 processes."""
+    shards = "--num_output_shards=4"
+    direct = ["-m", "data_prep.beam_pipeline", "--runner=DirectRunner"]
+    runners = {
+        "local_1_worker": lambda corpus, out: ours_command(corpus, out, vocab, 1, shards),
+        "local_2_workers": lambda corpus, out: ours_command(corpus, out, vocab, 2, shards),
+        "beam_direct_in_process": lambda corpus, out: [
+            beam_python, *direct, *ours_command(corpus, out, vocab, 1, shards)[2:]
+        ],
+        "beam_direct_2_processes": lambda corpus, out: [
+            beam_python, *direct, *ours_command(corpus, out, vocab, 1, shards)[2:],
+            "--direct_running_mode=multi_processing", "--direct_num_workers=2",
+        ],
+    }
+    rows = []
+    for times in (8, 30):
+        corpus = copies(wikitext, times, work)
+        size = corpus.stat().st_size / 1e6
+        for name, command in runners.items():
+            (work / name).mkdir(exist_ok=True)
+            measured = [run_measured(command(corpus, work / name / "out"), REPO_ROOT) for _ in range(rounds)]
+            best = min(measured, key=lambda run: run["wall_s"])
+            rows.append({
+                "run": name,
+                "input_mb": round(size, 1),
+                "wall_s": round(best["wall_s"], 2),
+                "mb_per_s": round(size / best["wall_s"], 3),
+                "peak_rss_mb": round(max(run["peak_rss_mb"] for run in measured)),
+            })
+        corpus.unlink()
+    for row in rows:
+        local = next(r for r in rows if r["run"] == "local_1_worker" and r["input_mb"] == row["input_mb"])
+        row["vs_local_1_worker"] = round(row["mb_per_s"] / local["mb_per_s"], 3)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="round-robin rounds of the speed runs")
+    parser.add_argument("--beam", metavar="PYTHON", help="only the Beam DirectRunner comparison, run by this Python")
     args = parser.parse_args()
     vocab_dir = data_dir() / "vocab"
     vocab = vocab_dir / "google_uncased_en_vocab.txt"
     wikitext = data_dir() / "pretrain" / "wikitext2_valid.tokens.txt"
     megabytes = wikitext.stat().st_size / 1e6
     work = Path(tempfile.mkdtemp(prefix="bench_data_prep_"))
+    if args.beam:
+        try:
+            rows = beam_comparison(args.beam, args.rounds, wikitext, vocab, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(f"local path against Beam's DirectRunner, seq 128, dupe 10, {os.cpu_count()} CPUs, best of {args.rounds}")
+        print_table(rows, list(rows[0]))
+        path = write_json("data_prep_beam", {"runs": rows, "rounds": args.rounds})
+        print(f"\nwrote {path.relative_to(REPO_ROOT)}")
+        return
     try:
-        big = work / "wikitext2_valid_x8.txt"
-        with big.open("wb") as out:
-            for _ in range(8):
-                out.write(wikitext.read_bytes())
+        big = copies(wikitext, 8, work)
         timed = speed(args.rounds, wikitext, big, vocab, work)
         big_runs = {name: timed.pop(name) for name in ("ours_1_worker_8x", "ours_2_workers_8x")}
         run_measured(ours_command(wikitext, work / "dynamic.tfrecord", vocab, 1, "--dynamic_masking"), REPO_ROOT)

@@ -173,19 +173,23 @@ def _expand(names: Sequence[str]) -> list[str]:
 
 
 # === Parsing ===
-def parse(values: flags.FlagValues, argv: Sequence[str]) -> None:
+def parse(values: flags.FlagValues, argv: Sequence[str], known_only: bool = False) -> list[str]:
     """Parses `argv` (without the program name) into `values`, from their defaults;
-    raises a one-sentence `BertTfError` for an unknown flag, a bad value or an argument."""
+    raises a one-sentence `BertTfError` for an unknown flag, a bad value or an argument.
+
+    With `known_only`, the arguments that are none of `values`' flags are returned
+    instead (e.g. a Beam pipeline's own options)."""
     values.unparse_flags()  # back to the defaults: a command may run twice in a process
     try:
-        rest = values(["prog", *argv])
+        rest = values(["prog", *argv], known_only=known_only)
     except flags.UnrecognizedFlagError as error:
         raise BertTfError(f"Unknown flag --{error.flagname}{_suggestion(values, error.flagname)} "
                           "(--helpfull lists all flags.)") from None
     except flags.Error as error:
         raise BertTfError(_sentence(str(error))) from None
-    if rest[1:]:
+    if rest[1:] and not known_only:
         raise BertTfError(f"Unexpected argument {rest[1]!r}: flags are written --name=value.")
+    return rest[1:]
 
 
 def _sentence(message: str) -> str:

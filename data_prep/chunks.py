@@ -2,9 +2,13 @@
 
 A `ChunkProcessor` tokenizes a chunk, adds its documents to its `DocumentPool`,
 packs `dupe_factor` rounds of instances (the original's loop order: every document
-once per round), shuffles them, masks them and serializes them. Its random streams are
-seeded by (random_seed, shard, chunk), so the output depends on the worker count only
-through which earlier documents sit in the pool.
+once per round), shuffles them, masks them and serializes them.
+
+A chunk is also the NotNext pool: a NotNext segment B comes from another document of
+the same chunk. Chunks are cut at byte positions of the corpus, and their random
+streams are seeded by (random_seed, shard, the chunk's offset in the corpus), so a
+chunk's records are a function of its own text, the options and its position only:
+any number of workers, or a Beam pipeline, writes the same multiset of records.
 """
 
 from __future__ import annotations
@@ -48,8 +52,8 @@ class GenerationOptions:
     zh_whole_word_mask: bool = False
     dynamic_masking: bool = False
     use_v2_feature_names: bool = False
-    # The NotNext pool (see DocumentPool): plenty for "a random other document", and
-    # small enough that memory does not grow with the corpus (~16 MB at most).
+    # The NotNext pool (see DocumentPool), within a chunk: small enough that memory does
+    # not grow with the corpus (~16 MB at most) even for a chunk of tiny documents.
     pool_documents: int = 1_000
     pool_tokens: int = 4_000_000
 
@@ -61,7 +65,7 @@ class GenerationOptions:
 @dataclass
 class ChunkTask:
     shard: int
-    index: int  # within the shard
+    index: int  # its position: the corpus offset where its text starts
     documents: list[list[str]]  # each a list of sentences (lines)
     end_offset: int  # corpus byte offset where the chunk ends, for progress
 
@@ -77,7 +81,7 @@ class ChunkResult:
 
 
 class ChunkProcessor:
-    """Turns `ChunkTask`s into `ChunkResult`s; keeps the NotNext pool between chunks."""
+    """Turns `ChunkTask`s into `ChunkResult`s, each from its chunk alone."""
 
     def __init__(self, options: GenerationOptions, tokenizer: FullTokenizer):
         self.options = options
@@ -96,14 +100,11 @@ class ChunkProcessor:
         )
         self._names = feature_names(options.use_v2_feature_names)
         self._pool = DocumentPool(options.pool_documents, options.pool_tokens)
-        self._shard = -1
 
     def process(self, task: ChunkTask) -> ChunkResult:
-        if task.shard != self._shard:
-            # Pools never cross shards: a shard's content must not depend on whether the
-            # shards before it were generated in this run or skipped as complete.
-            self._pool.clear()
-            self._shard = task.shard
+        # The pool holds this chunk's documents only: what another chunk holds depends on
+        # which worker processed it before, hence on the worker count.
+        self._pool.clear()
         counts: Counter = Counter()
         documents, chunk_ids = self._tokenize(task.documents, counts)
         seed = f"{self.options.random_seed}/{task.shard}/{task.index}"

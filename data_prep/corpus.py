@@ -46,6 +46,15 @@ class InputProblems:
     long_lines: int = 0
     split_documents: int = 0
 
+    def merge(self, other: InputProblems) -> None:
+        """Adds the problems another reader (of other spans) found."""
+        self.undecodable_lines += other.undecodable_lines
+        self.long_lines += other.long_lines
+        self.split_documents += other.split_documents
+        for mine, theirs in ((self.files_with_undecodable_lines, other.files_with_undecodable_lines),
+                             (self.crlf_files, other.crlf_files)):
+            mine.extend(path for path in theirs if path not in mine)
+
 
 def expand_input_patterns(patterns: str) -> list[str]:
     """The files of comma-separated glob patterns, each pattern's matches sorted.
@@ -101,56 +110,133 @@ def _decode(raw: bytes, path: str, problems: InputProblems) -> str:
         return raw.decode("utf-8", "replace")
 
 
+# === Spans: the unit of reading ===
+@dataclass(frozen=True)
+class Span:
+    """Bytes [start, end) of one input file; the documents that start there are its own.
+
+    A reader of a span reads its own documents whole, past `end` if they go on, and
+    skips the end of a document that started before `start`: spans of one file can be
+    read independently, by different processes or machines, and together they yield
+    every document exactly once.
+    """
+
+    path: str
+    start: int  # within the file
+    end: int
+    base: int  # where the file starts in the concatenated input files
+
+
+def file_spans(path: str, size: int, base: int, cuts: list[int]) -> list[Span]:
+    """The spans of a file of `size` bytes at `base`, cut at the corpus offsets `cuts`.
+
+    >>> [(s.start, s.end) for s in file_spans("b.txt", 10, 100, [95, 104, 108, 120])]
+    [(0, 4), (4, 8), (8, 10)]
+    """
+    inner = [cut - base for cut in cuts if base < cut < base + size]
+    bounds = [0, *inner, size]
+    return [Span(path, lo, hi, base) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+
+
 def read_documents(files: list[str], problems: InputProblems, warn: Callable[[str], None]) -> Iterator[Document]:
     """Documents of `files`, in order. Each file ends a document (unlike the original,
     which would join the last document of one file to the first of the next)."""
     base = 0
     for path in files:
-        yield from _file_documents(path, base, problems, warn)
-        base += os.path.getsize(path)
+        size = os.path.getsize(path)
+        yield from span_documents(Span(path, 0, size, base), problems, warn)
+        base += size
 
 
-def _file_documents(path: str, base: int, problems: InputProblems, warn: Callable[[str], None]) -> Iterator[Document]:
+def span_documents(
+    span: Span, problems: InputProblems, warn: Callable[[str], None], opener: Callable = open
+) -> Iterator[Document]:
+    """The documents that start in `span` (`opener(path, "rb")` opens its file)."""
+    with opener(span.path, "rb") as file:
+        offset, between = _first_line(file, span.start)
+        yield from _documents(file, span, offset, between, problems, warn)
+
+
+def _first_line(file, start: int) -> tuple[int, bool]:
+    """Seeks `file` to its first line starting at or after `start`; returns that offset
+    and whether it is between documents (at the file's start or after a blank line)."""
+    if start == 0:
+        file.seek(0)
+        return 0, True
+    file.seek(start - 1)
+    offset = start - 1 + len(file.readline())  # the rest of the line `start` is in
+    between = _blank_line_before(file, offset)
+    file.seek(offset)
+    return offset, between
+
+
+def _blank_line_before(file, offset: int) -> bool:
+    """Whether the line that ends just before `offset` is blank (or there is none)."""
+    if offset == 0:
+        return True
+    block = 256  # most lines are short; a long one takes a few doubling reads
+    line = b""
+    position = offset - 1  # the line's "\n"
+    while position > 0:
+        low = max(0, position - block)
+        block *= 2
+        file.seek(low)
+        data = file.read(position - low)
+        newline = data.rfind(b"\n")
+        line = data[newline + 1 :] + line
+        # Printable ASCII is never part of a (multi-byte) white space character.
+        if newline >= 0 or any(0x21 <= byte <= 0x7E for byte in data):
+            break
+        position = low
+    return not line.decode("utf-8", "replace").strip()
+
+
+def _documents(
+    file, span: Span, offset: int, between: bool, problems: InputProblems, warn: Callable[[str], None]
+) -> Iterator[Document]:
+    path = span.path
     lines: list[str] = []
-    start = offset = base
+    start = offset
     size = 0
-    saw_crlf = warned_long = warned_split = False
-    with open(path, "rb") as file:
-        for line_number, raw in enumerate(file, start=1):
-            line_start, offset = offset, offset + len(raw)
-            if not saw_crlf and raw.endswith(b"\r\n"):
-                saw_crlf = True
-                problems.crlf_files.append(path)
-                warn(f"{path} has CRLF (Windows) line ends; they are read as plain line ends.")
-            if len(raw) > LONG_LINE_BYTES:
-                problems.long_lines += 1
-                if not warned_long:
-                    warned_long = True
-                    warn(
-                        f"line {line_number} of {path} is {len(raw) / 1e6:.1f} MB long; each line is one "
-                        "sentence, so only about max_seq_length tokens of it reach an instance (split "
-                        "sentences with python -m data_prep.prepare_corpus)."
-                    )
-            text = _decode(raw, path, problems).strip()
-            if not text:
-                if lines:
-                    yield Document(lines, start, line_start)
-                    lines, size = [], 0
-                continue
-            if not lines:
-                start = line_start
-            elif size + len(raw) > MAX_DOCUMENT_BYTES:
-                problems.split_documents += 1
-                if not warned_split:
-                    warned_split = True
-                    warn(
-                        f"a document of {path} (near line {line_number}) is over "
-                        f"{MAX_DOCUMENT_BYTES >> 20} MB; it is cut into pieces of that size to bound "
-                        "memory (separate documents with blank lines)."
-                    )
-                yield Document(lines, start, line_start)
-                lines, size, start = [], 0, line_start
-            lines.append(text)
-            size += len(raw)
+    warned_long = warned_split = False
+    for raw in file:
+        line_start, offset = offset, offset + len(raw)
+        if not lines and between and line_start >= span.end:
+            return  # the next document is the next span's
+        if path not in problems.crlf_files and raw.endswith(b"\r\n"):
+            problems.crlf_files.append(path)
+            warn(f"{path} has CRLF (Windows) line ends; they are read as plain line ends.")
+        if not between:  # the end of a document that started before the span
+            between = not raw.decode("utf-8", "replace").strip()
+            continue
+        if len(raw) > LONG_LINE_BYTES:
+            problems.long_lines += 1
+            if not warned_long:
+                warned_long = True
+                warn(
+                    f"{path} has lines over {LONG_LINE_BYTES / 1e6:.1f} MB long; each line is one sentence, "
+                    "so only about max_seq_length tokens of one reach an instance (split sentences with "
+                    "python -m data_prep.prepare_corpus)."
+                )
+        text = _decode(raw, path, problems).strip()
+        if not text:
+            if lines:
+                yield Document(lines, span.base + start, span.base + line_start)
+                lines, size = [], 0
+            continue
+        if not lines:
+            start = line_start
+        elif size + len(raw) > MAX_DOCUMENT_BYTES:
+            problems.split_documents += 1
+            if not warned_split:
+                warned_split = True
+                warn(
+                    f"{path} has a document over {MAX_DOCUMENT_BYTES >> 20} MB; it is cut into pieces of "
+                    "that size to bound memory (separate documents with blank lines)."
+                )
+            yield Document(lines, span.base + start, span.base + line_start)
+            lines, size, start = [], 0, line_start
+        lines.append(text)
+        size += len(raw)
     if lines:
-        yield Document(lines, start, offset)
+        yield Document(lines, span.base + start, span.base + offset)

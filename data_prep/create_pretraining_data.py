@@ -25,42 +25,40 @@ from data_prep.chunks import GenerationOptions
 from data_prep.corpus import expand_input_patterns
 from data_prep.generate import Job, run
 
-# The original's flags, with its defaults, then ours.
-FLAGS = flag_values(
-    "input_file", "output_file", "vocab_file", "do_lower_case", "max_seq_length", "max_predictions_per_seq",
-    "random_seed", "dynamic_masking",
-    own={
-        "do_whole_word_mask": Flag(bool, False, "Mask whole words (all their WordPieces) rather than single "
-                                   "WordPieces."),
-        "dupe_factor": Flag(int, 10, "Number of times to duplicate the input data (with different masks). Ignored "
-                            "with --dynamic_masking."),
-        "masked_lm_prob": Flag(float, 0.15, "Masked LM probability."),
-        "short_seq_prob": Flag(float, 0.1, "Probability of creating sequences which are shorter than the maximum "
-                               "length."),
-        "use_v2_feature_names": Flag(bool, False, "Name the features input_word_ids / input_type_ids (Model "
-                                     "Garden) instead of input_ids / segment_ids."),
-        "gzip": Flag(bool, False, "GZIP-compress the TFRecord files."),
-        "num_workers": Flag(int, 1, "Worker processes. The output depends on the inputs, the flags, the seed and "
-                            "this number only."),
-        "num_output_shards": Flag(int, 0, "Split the output into this many files named after the single "
-                                  "--output_file (PATH-00000-of-0000N ...); shard i holds the documents that start "
-                                  "in the i-th 1/N of the input bytes. 0: one shard per --output_file."),
-        "notnext_pool_documents": Flag(int, GenerationOptions.pool_documents, "The NotNext pool: a NotNext segment "
-                                       "B is taken from a random document of this pool, the most recent documents "
-                                       "that the same worker has tokenized in the current output shard (the current "
-                                       "chunk's included), at most this many documents and at most "
-                                       f"{GenerationOptions.pool_tokens:,} tokens. The original draws from the "
-                                       "whole corpus, which it holds in memory."),
-        "zh_whole_word_mask": Flag(bool, False, "Mask all characters of a Chinese word together "
-                                   "(Chinese-BERT-wwm), with word boundaries from jieba (pip install jieba); ## "
-                                   "pieces too."),
-        "stats_file": Flag(str, None, "Write a JSON summary here: documents, instances, tokens, masked fraction, "
-                           "NotNext rate, [MASK]/kept/random counts, undecodable lines..."),
-        "overwrite": Flag(bool, False, "Redo output files that already exist. Without it, a re-run skips them (each "
-                          "is renamed into place only when complete) and redoes the rest."),
-        "progress": Flag(bool, True, "Print a progress line on stderr."),
-    },
-)  # fmt: skip
+# The original's flags, with its defaults, then ours (data_prep.beam_pipeline takes them too).
+SHARED_FLAGS = ("input_file", "output_file", "vocab_file", "do_lower_case", "max_seq_length",
+                "max_predictions_per_seq", "random_seed", "dynamic_masking")  # fmt: skip
+OWN_FLAGS = {
+    "do_whole_word_mask": Flag(bool, False, "Mask whole words (all their WordPieces) rather than single "
+                               "WordPieces."),
+    "dupe_factor": Flag(int, 10, "Number of times to duplicate the input data (with different masks). Ignored "
+                        "with --dynamic_masking."),
+    "masked_lm_prob": Flag(float, 0.15, "Masked LM probability."),
+    "short_seq_prob": Flag(float, 0.1, "Probability of creating sequences which are shorter than the maximum "
+                           "length."),
+    "use_v2_feature_names": Flag(bool, False, "Name the features input_word_ids / input_type_ids (Model "
+                                 "Garden) instead of input_ids / segment_ids."),
+    "gzip": Flag(bool, False, "GZIP-compress the TFRecord files."),
+    "num_workers": Flag(int, 1, "Worker processes. Any number writes the same records (a function of the "
+                        "inputs, the flags and the seed); only their order within a shard differs."),
+    "num_output_shards": Flag(int, 0, "Split the output into this many files named after the single "
+                              "--output_file (PATH-00000-of-0000N ...); shard i holds the documents that start "
+                              "in the i-th 1/N of the input bytes. 0: one shard per --output_file."),
+    "notnext_pool_documents": Flag(int, GenerationOptions.pool_documents, "The NotNext pool: a NotNext segment B "
+                                   "is taken from a random other document of the same chunk (the documents that "
+                                   "start in one 64 KB span of the input), at most this many documents and at most "
+                                   f"{GenerationOptions.pool_tokens:,} tokens. The original draws from the whole "
+                                   "corpus, which it holds in memory."),
+    "zh_whole_word_mask": Flag(bool, False, "Mask all characters of a Chinese word together "
+                               "(Chinese-BERT-wwm), with word boundaries from rjieba (jieba-rs: jieba's dictionary "
+                               "and algorithm); ## pieces too."),
+    "stats_file": Flag(str, None, "Write a JSON summary here: documents, instances, tokens, masked fraction, "
+                       "NotNext rate, [MASK]/kept/random counts, undecodable lines..."),
+    "overwrite": Flag(bool, False, "Redo output files that already exist. Without it, a re-run skips them (each "
+                      "is renamed into place only when complete) and redoes the rest."),
+    "progress": Flag(bool, True, "Print a progress line on stderr."),
+}  # fmt: skip
+FLAGS = flag_values(*SHARED_FLAGS, own=OWN_FLAGS)
 
 
 def output_paths(output_file: str, num_output_shards: int) -> list[str]:
@@ -79,9 +77,9 @@ def output_paths(output_file: str, num_output_shards: int) -> list[str]:
     return paths
 
 
-def _generate(values: FlagValues) -> None:
-    require(values, "input_file", "output_file", "vocab_file")
-    options = GenerationOptions(
+def generation_options(values: FlagValues) -> GenerationOptions:
+    """The generation algorithm's settings from the parsed flags."""
+    return GenerationOptions(
         max_seq_length=values.max_seq_length,
         max_predictions_per_seq=values.max_predictions_per_seq,
         masked_lm_prob=values.masked_lm_prob,
@@ -94,6 +92,11 @@ def _generate(values: FlagValues) -> None:
         use_v2_feature_names=values.use_v2_feature_names,
         pool_documents=values.notnext_pool_documents,
     )
+
+
+def _generate(values: FlagValues) -> None:
+    require(values, "input_file", "output_file", "vocab_file")
+    options = generation_options(values)
     job = Job(
         input_files=expand_input_patterns(values.input_file),
         output_files=output_paths(values.output_file, values.num_output_shards),

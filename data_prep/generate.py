@@ -2,21 +2,26 @@
 
 Data flow (memory stays bounded whatever the corpus size), in each of N workers:
 
-    input files --read_documents--> documents --chunks of ~CHUNK_BYTES--> this
-    worker's chunks (tokenize, pack, mask, serialize) --> per-shard shuffle buffer
-    --> the worker's part of the shard
+    input files --ChunkPlan--> byte spans of ~CHUNK_BYTES --this worker's spans-->
+    documents that start in them (tokenize, pack, mask, serialize) --> per-shard
+    shuffle buffer --> the worker's part of the shard
 
-Chunk k of a shard is worker k mod N's. Every worker reads the whole corpus (about 1%
-of the work) and writes its own part of each shard, so no text and no records travel
-between processes, and N workers keep N cores busy. The main process is worker 0; it
-hears the others' counts through pipes and, once every part of a shard is complete,
-joins them (in the kernel) into the shard file under a temporary name and renames it.
-A single worker writes the shard file directly.
+The corpus (the input files back to back) is cut into spans at multiples of
+CHUNK_BYTES, at file ends and at shard boundaries: positions that depend on the file
+sizes only, so the plan is known before anything is read. A chunk is the documents
+that start in a span. Chunk k of the plan is worker k mod N's, and a worker reads only
+its own spans (each to the end of its last document), whether the input is one big
+file or many, so reading costs 1/N of the corpus per worker and no text or records
+travel between processes. The main process is worker 0; it hears the others' counts
+and warnings through pipes and, once every part of a shard is complete, joins them
+(in the kernel) into the shard file under a temporary name and renames it. A single
+worker writes the shard file directly.
 
 Shard i holds the instances of the documents that start in the i-th 1/N of the input
 bytes, so shards complete one after another, and a re-run can skip the complete ones
-without changing the others. The output is a function of the inputs, the options,
-the seed and the worker count.
+without changing the others. Each chunk's records are a function of its text, the
+options, the seed and its position (see `data_prep.chunks`), so any worker count
+writes the same multiset of records; only their order within a shard differs.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from bert_tf.errors import BertTfError
 from bert_tf.tokenization import FullTokenizer
 from data_prep.chunks import ChunkProcessor, ChunkResult, ChunkTask, GenerationOptions
-from data_prep.corpus import InputProblems, non_empty_files, read_documents
+from data_prep.corpus import InputProblems, Span, file_spans, non_empty_files, span_documents
 from data_prep.encoding import jieba_segmenter
 from data_prep.tfrecord import RecordFileWriter, concatenate_files, split_records
 
@@ -169,11 +174,15 @@ class ShuffleBuffer:
 
 
 class ShardSink:
-    """Writes one shard: shuffles, then appends to its temporary file until `commit`."""
+    """Writes one shard: shuffles, then appends to its temporary file until `commit`.
 
-    def __init__(self, path: str, gzip: bool, seed: str):
-        self.writer = RecordFileWriter(path, gzip)
-        self.buffer = ShuffleBuffer(SHUFFLE_BUFFER_BYTES, random.Random(seed))
+    `writer` is a `RecordFileWriter` or one with its methods (the Beam pipeline's, on
+    the runner's file system).
+    """
+
+    def __init__(self, writer: RecordFileWriter, random_seed: int, shard: int, worker: int):
+        self.writer = writer
+        self.buffer = ShuffleBuffer(SHUFFLE_BUFFER_BYTES, random.Random(f"{random_seed}/shuffle/{shard}/{worker}"))
 
     def add(self, result: ChunkResult) -> None:
         out = self.buffer.push(split_records(result.records, result.offsets, SHUFFLE_GROUP))
@@ -185,26 +194,71 @@ class ShardSink:
         self.writer.commit(sync)
 
 
-def _chunk_tasks(
-    files: list[str], shard_of: Callable[[int], int], problems: InputProblems, warn: Callable[[str], None]
-) -> Iterator[ChunkTask]:
-    """Documents grouped into chunks; a chunk never spans two shards."""
-    shard, index, size = -1, 0, 0
-    documents: list[list[str]] = []
-    end = 0
-    for document in read_documents(files, problems, warn):
-        document_shard = shard_of(document.start)
-        if documents and (document_shard != shard or size >= CHUNK_BYTES):
-            yield ChunkTask(shard, index, documents, end)
-            index = index + 1 if document_shard == shard else 0
-            documents, size = [], 0
-        if document_shard != shard:
-            shard, index = document_shard, 0
-        documents.append(document.lines)
-        size += document.end - document.start
-        end = document.end
-    if documents:
-        yield ChunkTask(shard, index, documents, end)
+# === The plan: chunks as byte spans ===
+@dataclass(frozen=True)
+class PlannedChunk:
+    """A chunk before it is read: its shard and the span it reads."""
+
+    shard: int
+    index: int  # its position: where its span starts in the corpus (seeds its random streams)
+    span: Span
+
+
+class ChunkPlan:
+    """The chunks of files of the given (path, size), in corpus order: their spans are
+    cut at multiples of `chunk_bytes` of the corpus, at file ends and where shards start.
+
+    Computed, not stored: a corpus of 365 GB has 5.6 million chunks. Each file's
+    chunks can be made on their own (a Beam pipeline makes them on its workers).
+
+    Cuts every 4 bytes, at the end of "a" and where shard 1 starts (byte 7 of 14):
+
+    >>> plan = ChunkPlan([("a", 5), ("b", 9)], num_shards=2, chunk_bytes=4)
+    >>> [(c.shard, c.index, c.span.path, c.span.start, c.span.end) for c in plan]
+    [(0, 0, 'a', 0, 4), (0, 4, 'a', 4, 5), (0, 5, 'b', 0, 2), (1, 7, 'b', 2, 3), (1, 8, 'b', 3, 7), (1, 12, 'b', 7, 9)]
+    """
+
+    def __init__(self, sizes: list[tuple[str, int]], num_shards: int, chunk_bytes: int = CHUNK_BYTES):
+        self.sizes = list(sizes)
+        self.num_shards = num_shards
+        self.chunk_bytes = chunk_bytes
+        self.total_bytes = sum(size for _, size in sizes)
+
+    def files(self) -> list[tuple[str, int, int]]:
+        """(path, size, base): each file and where it starts in the corpus."""
+        bases = [0]
+        for _, size in self.sizes:
+            bases.append(bases[-1] + size)
+        return [(path, size, base) for (path, size), base in zip(self.sizes, bases, strict=False)]
+
+    def file_chunks(self, file: tuple[str, int, int]) -> list[PlannedChunk]:
+        path, size, base = file
+        step = self.chunk_bytes
+        grid = range((base // step + 1) * step, base + size, step)
+        # Shard k starts at the first offset o with shard_of(o) == k.
+        shard_starts = (-(-k * self.total_bytes // self.num_shards) for k in range(1, self.num_shards))
+        cuts = sorted({*grid, *(cut for cut in shard_starts if base < cut < base + size)})
+        return [
+            PlannedChunk(shard_of(span.base + span.start, self.num_shards, self.total_bytes), span.base + span.start, span)
+            for span in file_spans(path, size, base, cuts)
+        ]
+
+    def __iter__(self) -> Iterator[PlannedChunk]:
+        for file in self.files():
+            yield from self.file_chunks(file)
+
+
+def shard_of(offset: int, num_shards: int, total_bytes: int) -> int:
+    """The shard of the documents that start at `offset` of the corpus."""
+    return min(num_shards - 1, offset * num_shards // total_bytes)
+
+
+def read_chunk(
+    planned: PlannedChunk, problems: InputProblems, warn: Callable[[str], None], opener: Callable = open
+) -> ChunkTask:
+    """Reads the documents of a planned chunk (`opener` opens its file, see `span_documents`)."""
+    documents = [document.lines for document in span_documents(planned.span, problems, warn, opener)]
+    return ChunkTask(planned.shard, planned.index, documents, planned.span.base + planned.span.end)
 
 
 # === One worker's share ===
@@ -222,8 +276,11 @@ class Share:
     num_workers: int
     todo: set[int]  # the shards to generate
 
-    def mine(self, task: ChunkTask) -> bool:
-        return task.shard in self.todo and task.index % self.num_workers == self.worker
+    def chunks(self, plan: ChunkPlan) -> Iterator[PlannedChunk]:
+        """Chunk k of the plan is worker k mod N's."""
+        for k, chunk in enumerate(plan):
+            if k % self.num_workers == self.worker and chunk.shard in self.todo:
+                yield chunk
 
     def path(self, output_file: str) -> str:
         return output_file if self.num_workers == 1 else part_path(output_file, self.worker, self.num_workers)
@@ -232,17 +289,14 @@ class Share:
 def produce_share(
     job: Job,
     processor: ChunkProcessor,
-    files: list[str],
-    shard_of: Callable[[int], int],
+    plan: ChunkPlan,
     share: Share,
     problems: InputProblems,
     warn: Callable[[str], None],
     report: Callable[[str, object], None],
 ) -> None:
-    """Reads the whole corpus and processes this worker's chunks into its shard files.
+    """Reads this worker's chunks and processes them into its parts of the shards.
 
-    Every worker reads every document (about 1% of the work) so that no text or
-    records travel between processes: each writes its own part of each shard.
     `report` hears ("chunk", (counts, end_offset)) after each chunk and ("shard", k)
     once the worker's part of shard k is complete (an empty part too).
     """
@@ -251,8 +305,8 @@ def produce_share(
 
     def sink(shard: int) -> ShardSink:
         if shard not in sinks:
-            seed = f"{job.options.random_seed}/shuffle/{shard}/{share.worker}"
-            sinks[shard] = ShardSink(share.path(job.output_files[shard]), job.gzip, seed)
+            writer = RecordFileWriter(share.path(job.output_files[shard]), job.gzip)
+            sinks[shard] = ShardSink(writer, job.options.random_seed, shard, share.worker)
         return sinks[shard]
 
     def finish_shards_before(shard: int) -> None:
@@ -266,12 +320,11 @@ def produce_share(
             report("shard", k)
 
     try:
-        for task in _chunk_tasks(files, shard_of, problems, warn):
-            finish_shards_before(task.shard)
-            if share.mine(task):
-                result = processor.process(task)
-                sink(task.shard).add(result)
-                report("chunk", (result.counts, result.end_offset))
+        for planned in share.chunks(plan):
+            finish_shards_before(planned.shard)
+            result = processor.process(read_chunk(planned, problems, warn))
+            sink(planned.shard).add(result)
+            report("chunk", (result.counts, result.end_offset))
         finish_shards_before(len(job.output_files))
     except BaseException:
         for open_sink in sinks.values():
@@ -280,10 +333,13 @@ def produce_share(
 
 
 # === Several workers ===
-def _child_main(job, processor, files, shard_of, share: Share, connection) -> None:
+def _child_main(job, processor, plan, share: Share, connection) -> None:
     """A forked worker: produces its share and tells the parent through `connection`."""
     try:
-        produce_share(job, processor, files, shard_of, share, InputProblems(), lambda _: None, _send(connection))
+        send = _send(connection)
+        problems = InputProblems()
+        produce_share(job, processor, plan, share, problems, lambda message: send("warn", message), send)
+        send("problems", problems)
         connection.send(("done", None))
     except BaseException as error:  # reported to the parent, which raises
         connection.send(("error", error if isinstance(error, BertTfError) else traceback.format_exc()))
@@ -299,17 +355,21 @@ class _Coordinator:
     """Runs in the main process, itself worker 0: hears every worker's events, keeps the
     counts and the progress line, and joins a shard's parts once all are complete."""
 
-    def __init__(self, job: Job, todo: set[int], counts: Counter, tracker: Progress):
+    def __init__(
+        self, job: Job, todo: set[int], counts: Counter, tracker: Progress, problems: InputProblems, warn
+    ):
         self.job = job
         self.todo = todo
         self.counts = counts
         self.tracker = tracker
+        self.problems = problems
+        self.warn = warn
         self.num_workers = job.num_workers
         self.parts_done: Counter = Counter()
         self.offsets = [0] * job.num_workers
         self.children: dict[int, tuple[multiprocessing.Process, object]] = {}
 
-    def start_children(self, files: list[str], shard_of: Callable[[int], int], processor: ChunkProcessor) -> None:
+    def start_children(self, plan: ChunkPlan, processor: ChunkProcessor) -> None:
         # Forked: each child starts with its own copy of the processor, whose vocabulary
         # tables are built once, and with numpy already imported.
         context = multiprocessing.get_context("fork")
@@ -317,16 +377,16 @@ class _Coordinator:
         # pages they share with this process stay shared (Python's advice for fork).
         gc.freeze()
         try:
-            self._fork(context, files, shard_of, processor)
+            self._fork(context, plan, processor)
         finally:
             gc.unfreeze()
 
-    def _fork(self, context, files, shard_of, processor: ChunkProcessor) -> None:
+    def _fork(self, context, plan: ChunkPlan, processor: ChunkProcessor) -> None:
         for worker in range(1, self.num_workers):
             receiver, sender = context.Pipe(duplex=False)
             share = Share(worker, self.num_workers, self.todo)
             process = context.Process(
-                target=_child_main, args=(self.job, processor, files, shard_of, share, sender), daemon=True
+                target=_child_main, args=(self.job, processor, plan, share, sender), daemon=True
             )
             process.start()
             sender.close()
@@ -344,6 +404,10 @@ class _Coordinator:
                 output = self.job.output_files[value]
                 parts = [part_path(output, w, self.num_workers) for w in range(self.num_workers)]
                 concatenate_files(parts, output)
+        elif event == "warn":
+            self.warn(value)
+        elif event == "problems":
+            self.problems.merge(value)
         elif event == "error":
             raise value if isinstance(value, BertTfError) else RuntimeError(f"data worker {worker} failed:\n{value}")
         if worker == 0:
@@ -421,32 +485,41 @@ def run(job: Job, progress: bool = True, warn: Callable[[str], None] = _warn) ->
     if options.zh_whole_word_mask:
         jieba_segmenter()  # fails now (not in a worker) when jieba is missing; workers share it
     todo = [k for k, path in enumerate(job.output_files) if job.overwrite or not os.path.exists(path)]
-    total_bytes = sum(os.path.getsize(path) for path in files)
+    sizes = [(path, os.path.getsize(path)) for path in files]
+    total_bytes = sum(size for _, size in sizes)
     num_shards = len(job.output_files)
-
-    def shard_of(offset: int) -> int:
-        return min(num_shards - 1, offset * num_shards // total_bytes)
-
+    warn = _once(warn)  # every worker that reads a span of a bad file says so
     problems = InputProblems()
     counts: Counter = Counter()
     tracker = Progress(total_bytes, progress)
     if todo:
-        _generate(job, tokenizer, files, shard_of, set(todo), problems, counts, tracker, warn)
+        plan = ChunkPlan(sizes, num_shards)
+        _generate(job, tokenizer, plan, set(todo), problems, counts, tracker, warn)
         tracker.update(total_bytes, counts["documents"], counts["instances"], final=True)
     else:
         warn(f"all {num_shards} output file(s) exist; nothing to do (--overwrite redoes them).")
-    stats = _statistics(job, counts, problems, total_bytes, time.monotonic() - tracker.start, todo)
+    stats = statistics(job, counts, problems, total_bytes, time.monotonic() - tracker.start, todo)
     _closing_warnings(stats, problems, warn)
     if job.stats_file:
-        _write_json(job.stats_file, stats)
+        write_json(job.stats_file, stats)
     return stats
+
+
+def _once(warn: Callable[[str], None]) -> Callable[[str], None]:
+    said: set[str] = set()
+
+    def warn_once(message: str) -> None:
+        if message not in said:
+            said.add(message)
+            warn(message)
+
+    return warn_once
 
 
 def _generate(
     job: Job,
     tokenizer: FullTokenizer,
-    files: list[str],
-    shard_of: Callable[[int], int],
+    plan: ChunkPlan,
     todo: set[int],
     problems: InputProblems,
     counts: Counter,
@@ -454,19 +527,19 @@ def _generate(
     warn: Callable[[str], None],
 ) -> None:
     """Streams the corpus into the shards listed in `todo`, on `job.num_workers` processes."""
-    coordinator = _Coordinator(job, todo, counts, tracker)
+    coordinator = _Coordinator(job, todo, counts, tracker, problems, warn)
     try:
         processor = ChunkProcessor(job.options, tokenizer)
-        coordinator.start_children(files, shard_of, processor)
+        coordinator.start_children(plan, processor)
         share = Share(0, job.num_workers, todo)
-        produce_share(job, processor, files, shard_of, share, problems, warn, lambda e, v: coordinator.hear(0, e, v))
+        produce_share(job, processor, plan, share, problems, warn, lambda e, v: coordinator.hear(0, e, v))
         coordinator.wait_for_children()
     except BaseException:
         coordinator.kill()
         raise
 
 
-def _statistics(
+def statistics(
     job: Job, counts: Counter, problems: InputProblems, total_bytes: int, seconds: float, todo: list[int]
 ) -> dict:
     instances = counts["instances"]
@@ -514,7 +587,7 @@ def _closing_warnings(stats: dict, problems: InputProblems, warn: Callable[[str]
         )
 
 
-def _write_json(path: str, data: dict) -> None:
+def write_json(path: str, data: dict) -> None:
     temporary = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.incomplete")
     with open(temporary, "w", encoding="utf-8") as file:
         json.dump(data, file, indent=2)

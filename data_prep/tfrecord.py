@@ -21,10 +21,12 @@ back to back. The tests read the files back with `tf.data` and Model Garden's lo
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
+import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import google_crc32c
@@ -230,6 +232,30 @@ def split_records(framed: bytes, offsets: np.ndarray, group: int = 1) -> list[by
     if bounds[-1] != offsets[-1]:
         bounds.append(int(offsets[-1]))
     return [framed[start:end] for start, end in zip(bounds, bounds[1:], strict=False)]
+
+
+def unframe(framed: bytes) -> Iterator[bytes]:
+    """The payloads of framed records (the checksums are not checked).
+
+    >>> framed, _ = serialize_examples([IntFeature("a", np.array([[1], [2]]))])
+    >>> [len(payload) for payload in unframe(framed)]
+    [14, 14]
+    """
+    view = memoryview(framed)
+    position = 0
+    while position < len(view):
+        (length,) = struct.unpack_from("<Q", view, position)
+        yield bytes(view[position + 12 : position + 12 + length])
+        position += 16 + length
+
+
+def read_records(path: str) -> list[bytes]:
+    """The payloads of a TFRecord file, plain or GZIP (which starts with 0x1f 0x8b)."""
+    with open(path, "rb") as file:
+        data = file.read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return list(unframe(data))
 
 
 class RecordFileWriter:
