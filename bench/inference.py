@@ -20,7 +20,10 @@ itself (SST-2 sentences, MRPC pairs) and returns label names:
 Measured: batch 1 latency (p50, p99) over the first `--latency_rows` dev rows, every
 contender in turn on each row (interleaved); batch 32 throughput over the whole dev set,
 round-robin (`bench.common.interleaved_times`: best of `--rounds`, and the median);
-labels agreeing with HF fp32, and each bf16 contender's with its fp32 twin.
+labels agreeing with HF fp32, and each bf16 contender's with its fp32 twin. One epoch on
+MRPC leaves MiniLM-L6 at the majority class (every dev pair "1"), so MRPC's label counts
+say little; `hf_probability_gap_fp32` (largest |p_ours - p_hf| on 64 dev rows) is the
+parity check that holds there too.
 
     python -m bench.inference [--tasks sst-2,mrpc] [--rounds 3] [--latency_rows 200]
 """
