@@ -14,7 +14,8 @@ original's `--task_name`, `--seed` for `--random_seed`).
 
 Example:
 >>> values = flag_values("optimisation", own={"steps": Flag(int, 3, "Steps.")})
->>> parse(values, ["--learning_rate=1e-4", "--noadam_bias_correction", "--steps", "5"])
+>>> parse(values, ["--learning_rate=1e-4", "--noadam_bias_correction", "--steps", "5"])  # the rest: none
+[]
 >>> values.learning_rate, values.adam_bias_correction, values.steps, values.optimizer
 (0.0001, False, 5, 'adamw')
 >>> parse(values, ["--learning_rat=1e-4"])

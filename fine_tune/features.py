@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bert_tf.errors import DataError
+from bert_tf.packing import pack_pair
 from bert_tf.tokenization import FullTokenizer
 from fine_tune.task import Features
 
@@ -33,33 +34,6 @@ class PairExample:
     text_b: str | None
     label: str | None
     source: str = ""
-
-
-def truncate_seq_pair(tokens_a: list[str], tokens_b: list[str], max_length: int) -> None:
-    """Trims the longer list (from the end) one token at a time until both fit, in place.
-
-    >>> a, b = list("abcdef"), list("xyz")
-    >>> truncate_seq_pair(a, b, 6); "".join(a), "".join(b)
-    ('abc', 'xyz')
-    """
-    while len(tokens_a) + len(tokens_b) > max_length:
-        (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
-
-
-def pack_pair(tokens_a: list[str], tokens_b: list[str] | None, max_seq_length: int) -> tuple[list[str], list[int]]:
-    """[CLS] a [SEP] (b [SEP]) and the segment ids, truncated to `max_seq_length`.
-
-    >>> pack_pair(["hi"], ["yo", "u"], 8)
-    (['[CLS]', 'hi', '[SEP]', 'yo', 'u', '[SEP]'], [0, 0, 0, 1, 1, 1])
-    """
-    tokens_a = list(tokens_a)
-    if tokens_b is None:
-        tokens_a = tokens_a[: max_seq_length - 2]
-        return ["[CLS]", *tokens_a, "[SEP]"], [0] * (len(tokens_a) + 2)
-    tokens_b = list(tokens_b)
-    truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
-    tokens = ["[CLS]", *tokens_a, "[SEP]", *tokens_b, "[SEP]"]
-    return tokens, [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
 
 
 def label_index(labels: Sequence[str]) -> dict[str, int]:

@@ -8,7 +8,8 @@ import pytest
 
 from bert_tf.tokenization import FullTokenizer
 from fine_tune import batching, registry
-from fine_tune.features import PairExample, PairFeaturiser, pack_pair
+from bert_tf.packing import pack_pair
+from fine_tune.features import PairExample, PairFeaturiser
 from fine_tune.tagging import (
     TaggedSentence,
     TaggingFeaturiser,

@@ -15,7 +15,7 @@ import tensorflow as tf
 from bench import preprocessing_parity as parity
 from bert_tf.errors import BertTfError
 from bert_tf.preprocessing import BertPreprocessor, truncated_lengths
-from fine_tune.features import truncate_seq_pair
+from bert_tf.packing import truncate_seq_pair
 from tests.conftest import shared_file
 
 VOCABS = tuple(parity.VOCABS)
