@@ -32,7 +32,7 @@ from bert_tf.data.schema import (
     special_ids,
 )
 from bert_tf.tokenization import FullTokenizer
-from data_prep.encoding import SentenceEncoder, continuation_table, jieba_segmenter
+from data_prep.encoding import SentenceEncoder, continuation_table, chinese_word_segmenter
 from data_prep.instances import DocumentPool, PackingOptions, PoolDocument, Recipes, chunk_tokens, pack_document
 from data_prep.masking import InstanceBatch, MaskingOptions, assemble, mask_batch, word_continuation
 from data_prep.tfrecord import FloatFeature, IntFeature, serialize_examples
@@ -88,7 +88,7 @@ class ChunkProcessor:
         vocab = tokenizer.vocab
         ids = special_ids(vocab)
         self._cls_id, self._sep_id = ids["cls_id"], ids["sep_id"]
-        self._encoder = SentenceEncoder(tokenizer, jieba_segmenter() if options.zh_whole_word_mask else None)
+        self._encoder = SentenceEncoder(tokenizer, chinese_word_segmenter() if options.zh_whole_word_mask else None)
         self._suffix_table = continuation_table(vocab)
         self._packing = PackingOptions(options.max_seq_length, options.short_seq_prob)
         self._masking = MaskingOptions(

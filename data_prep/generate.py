@@ -45,7 +45,7 @@ from bert_tf.errors import BertTfError
 from bert_tf.tokenization import FullTokenizer
 from data_prep.chunks import ChunkProcessor, ChunkResult, ChunkTask, GenerationOptions
 from data_prep.corpus import InputProblems, Span, file_spans, non_empty_files, span_documents
-from data_prep.encoding import jieba_segmenter
+from data_prep.encoding import chinese_word_segmenter
 from data_prep.tfrecord import RecordFileWriter, concatenate_files, split_records
 
 # Text per chunk: big enough that numpy works on thousands of instances at once, small
@@ -483,7 +483,7 @@ def run(job: Job, progress: bool = True, warn: Callable[[str], None] = _warn) ->
     if job.stats_file:
         check_writable(job.stats_file, "--stats_file")
     if options.zh_whole_word_mask:
-        jieba_segmenter()  # fails now (not in a worker) when jieba is missing; workers share it
+        chinese_word_segmenter()  # fails now (not in a worker) when rjieba is missing; workers share it
     todo = [k for k, path in enumerate(job.output_files) if job.overwrite or not os.path.exists(path)]
     sizes = [(path, os.path.getsize(path)) for path in files]
     total_bytes = sum(size for _, size in sizes)

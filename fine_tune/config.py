@@ -113,6 +113,7 @@ class RunConfig(TrainingConfig):
     tpu_name: str | None = None
     tpu_zone: str | None = None
     gcp_project: str | None = None
+    export_dir: str | None = None
 
     def wants(self, split: str) -> bool:
         """Whether the run reads `split`: train with --do_train, dev with --do_eval, test with --do_predict."""

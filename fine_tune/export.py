@@ -42,6 +42,7 @@ from bert_tf.errors import BertTfError
 from bert_tf.flags import Flag, flag_values, require, run_main
 from bert_tf.hub_export import save_atomically
 from bert_tf.preprocessing import BertPreprocessor
+from fine_tune.cli import EXPORTED_FAMILIES
 from fine_tune.run_dir import LoadedRun, load_run
 
 SIGNATURE = "serving_default"
@@ -213,7 +214,7 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
     check_export_dir(export_dir, overwrite)
     if hub_dir is not None:
         check_export_dir(hub_dir, overwrite)
-    run = load_run(model_dir, families=("classifier", "ner"))
+    run = load_run(model_dir, families=EXPORTED_FAMILIES)
     with tempfile.TemporaryDirectory() as assets_dir:
         if run.family == "ner":
             module = TaggerExport(run, assets_dir)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import data_prep  # noqa: F401  (before bert_tf: see data_prep/__init__.py)
-from data_prep.encoding import SentenceEncoder, chinese_continuations, jieba_segmenter
+from data_prep.encoding import SentenceEncoder, chinese_continuations, chinese_word_segmenter
 from data_prep.instances import truncate_seq_pair
 from data_prep.masking import MaskingOptions, assemble, mask_batch, word_continuation
 from data_prep.tfrecord import FloatFeature, IntFeature, serialize_examples
@@ -128,7 +128,7 @@ def test_chinese_word_continuations_follow_jieba():
     require_module("rjieba", "Chinese whole-word masking segments with rjieba (jieba-rs)")
     text = "我爱北京天安门，English words too。"
     tokens = ["我", "爱", "北", "京", "天", "安", "门", "，", "english", "words", "too", "。"]
-    words = jieba_segmenter()(text)
+    words = chinese_word_segmenter()(text)
     flags = chinese_continuations(text, tokens, words)
     assert "".join(words) == text
     assert flags[:7] == [False, False, False, True, False, True, True]  # 我 爱 北京 天安门
@@ -142,7 +142,7 @@ def test_chinese_whole_word_encoder_matches_chinese_continuations_on_real_text()
     from data_prep.encoding import CONTINUATION_FLAG
 
     tokenizer = FullTokenizer(str(shared_file(CHINESE)), do_lower_case=True)
-    segment = jieba_segmenter()
+    segment = chinese_word_segmenter()
     encoder = SentenceEncoder(tokenizer, segment)
     lines = shared_file("pretrain/clue_zh_small.txt").read_text(encoding="utf-8").splitlines()[:3000]
     continued = 0
@@ -166,7 +166,7 @@ def test_rjieba_segments_like_jieba():
         import jieba
     both = either = 0
     for line in shared_file("pretrain/clue_zh_small.txt").read_text(encoding="utf-8").splitlines()[:2000]:
-        ends = [set(np.cumsum([len(word) for word in cut(line)]).tolist()) for cut in (jieba.lcut, jieba_segmenter())]
+        ends = [set(np.cumsum([len(word) for word in cut(line)]).tolist()) for cut in (jieba.lcut, chinese_word_segmenter())]
         both += len(ends[0] & ends[1])
         either += len(ends[0] | ends[1])
     assert both / either > 0.99

@@ -42,14 +42,14 @@ print(json.dumps({name: value.numpy().tolist() if value.dtype != tf.string else 
 """
 
 
-def fine_tune(task: str, data: pathlib.Path, out: pathlib.Path, rows: dict[str, list[str]]) -> None:
+def fine_tune(task: str, data: pathlib.Path, out: pathlib.Path, rows: dict[str, list[str]], *flags: str) -> None:
     data.mkdir(parents=True, exist_ok=True)
     for split, lines in rows.items():
         (data / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     run(*parse_args("classifier", [
         f"--task={task}", f"--data_dir={data}", f"--output_dir={out}", f"--vocab_file={shared_file(UNCASED)}",
         "--preset=tiny", "--max_seq_length=32", "--train_batch_size=16", "--num_train_epochs=1",
-        "--learning_rate=1e-3", "--do_train",
+        "--learning_rate=1e-3", "--do_train", *flags,
     ]))
     keras.backend.clear_session()
 
@@ -160,6 +160,23 @@ def test_bad_model_dirs_are_one_sentence(mrpc, tmp_path, capsys):
     assert "does not fit the model" in error(other)
 
 
+def test_run_scripts_refuse_an_export_dir_they_cannot_write_before_training(tmp_path, capsys):
+    from fine_tune.cli import main as command
+
+    (tmp_path / "taken").mkdir()
+    common = [f"--output_dir={tmp_path / 'run'}", "--preset=tiny", f"--vocab_file={shared_file(UNCASED)}",
+              "--do_train"]
+    assert command("classifier", ["--task=mrpc", f"--data_dir={tmp_path}", f"--export_dir={tmp_path / 'taken'}",
+                                  *common]) == 1
+    assert capsys.readouterr().err == (f"error: --export_dir {tmp_path / 'taken'} already exists; remove it or give "
+                                       "a new folder.\n")
+    assert command("squad", [f"--train_file={tmp_path / 'train.json'}", f"--export_dir={tmp_path / 'new'}",
+                             *common]) == 1
+    assert capsys.readouterr().err == ("error: --export_dir exports classification and NER runs; a squad run "
+                                       "cannot be exported yet.\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_fine_tuned_encoder_in_tf_hub_layout(mrpc):
     """`--hub_dir`: the run's encoder, loaded by `hub.KerasLayer`, gives the task model's encoder outputs."""
     require_module("tensorflow_hub", "the TF Hub export is loaded through hub.KerasLayer")
@@ -176,11 +193,12 @@ def test_the_fine_tuned_encoder_in_tf_hub_layout(mrpc):
 
 
 def test_a_regression_task_exports_its_score(tmp_path):
-    """STS-B: `score` in the signature, equal to the regression head's output."""
+    """STS-B: `score` in the signature, equal to the regression head's output; exported by the
+    run script itself (`--export_dir`)."""
     import tensorflow as tf
 
-    fine_tune("sts-b", tmp_path / "data", tmp_path / "run", {"train": glue_rows("STS-B", 32)})
-    assert main([f"--model_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'export'}"]) == 0
+    fine_tune("sts-b", tmp_path / "data", tmp_path / "run", {"train": glue_rows("STS-B", 32)},
+              f"--export_dir={tmp_path / 'export'}")
     serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
     pairs = [("A man is playing a guitar.", "A man plays the guitar."), ("", "A dog runs.")]
     outputs = serve(text_a=tf.constant([a for a, _ in pairs]), text_b=tf.constant([b for _, b in pairs]))
