@@ -38,6 +38,7 @@ from typing import Any
 from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
+from bert_tf.feature_writers import atomic_outputs
 from bert_tf.flags import Flag, flag_values, require, run_main
 
 FORMATS = (".txt", ".tsv", ".jsonl")
@@ -207,13 +208,11 @@ def predict_file(args: FlagValues) -> int:
     from fine_tune.predictor import load_task_model, progress_bar
 
     model = load_task_model(args.model_dir, batch_size=args.batch_size, **settings_of(args.setting))
-    directory = os.path.dirname(os.path.abspath(args.output_file))
-    os.makedirs(directory, exist_ok=True)
-    temporary = os.path.join(directory, f".{os.path.basename(args.output_file)}.tmp-{os.getpid()}")
+    os.makedirs(os.path.dirname(os.path.abspath(args.output_file)), exist_ok=True)
     progress = progress_bar(count_lines(args.input_file), "rows")
     written = truncated = 0
     try:
-        with open(temporary, "w", encoding="utf-8") as output:
+        with atomic_outputs([args.output_file]) as (temporary,), open(temporary, "w", encoding="utf-8") as output:
             for chunk in chunks(read_rows(args.input_file, extension, model.kind), args.chunk_size):
                 results, cut = model.predict_rows([row.value for row in chunk], [row.source for row in chunk],
                                                   progress=False)
@@ -222,11 +221,8 @@ def predict_file(args: FlagValues) -> int:
                 written += len(chunk)
                 truncated += cut
                 progress.update(chunk[-1].line - progress.n)  # lines read, blank ones included
-        os.replace(temporary, args.output_file)
     finally:
         progress.close()
-        if os.path.exists(temporary):
-            os.remove(temporary)
     model.report_truncated(truncated, written)
     return written
 

@@ -42,7 +42,7 @@ from bert_tf.errors import BertTfError
 from bert_tf.flags import SHARED, Flag, flag_values, parse, run_main, set_default
 from bert_tf.tokenization import FullTokenizer
 from bert_tf.training.distribution import create_strategy, is_chief
-from bert_tf.training.runloop import dtype_policy, write_results, write_scalars
+from bert_tf.training.runloop import dtype_policy, write_atomically, write_results, write_scalars
 from fine_tune import batching, registry
 from fine_tune.config import RunConfig, TaskConfig, config_flags, from_flags
 from fine_tune.registry import RUN_FILE
@@ -337,14 +337,6 @@ def _read_json(path: str) -> dict[str, Any]:
         return json.load(handle)
 
 
-def _write_json(path: str, data: dict[str, Any]) -> None:
-    """Writes `path` under a temporary name, renamed when complete."""
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2)
-    os.replace(temporary, path)
-
-
 def _featurise(state: Run, eval_set: EvalSet) -> Features:
     return state.task.featuriser(eval_set.examples, state.tokenizer, state.args.max_seq_length, state.labels)
 
@@ -358,7 +350,7 @@ def _save_run(state: Run) -> None:
     if os.path.abspath(state.vocab_file) != os.path.abspath(os.path.join(output_dir, VOCAB_FILE)):
         shutil.copyfile(state.vocab_file, os.path.join(output_dir, VOCAB_FILE))
     record = registry.run_record(state.task_config, state.args, state.labels)
-    _write_json(os.path.join(output_dir, RUN_FILE), record)
+    write_atomically(os.path.join(output_dir, RUN_FILE), json.dumps(record, indent=2))
 
 
 def _train(

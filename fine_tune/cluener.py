@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bert_tf.errors import DataError
+from bert_tf.feature_writers import atomic_outputs
 from fine_tune.config import RunConfig
 from fine_tune.metrics import chunks
 from fine_tune.registry import register
@@ -180,13 +181,11 @@ class ClueNerWriter:
         self, output_dir: str, eval_set: EvalSet, predictions: Sequence[Sequence[str]], labels: Sequence[str]
     ) -> list[str]:
         path = output_path(output_dir, f"{eval_set.name}_predictions.json")
-        temporary = f"{path}.incomplete"
-        with open(temporary, "w", encoding="utf-8") as handle:
+        with atomic_outputs([path]) as (temporary,), open(temporary, "w", encoding="utf-8") as handle:
             for record, tags in zip(eval_set.examples, predictions, strict=True):
                 text = "".join(record.words)
                 line = {**dict(record.fields), "text": text, "label": tags_to_label(tags, text)}
                 handle.write(json.dumps(line, ensure_ascii=False) + "\n")
-        os.replace(temporary, path)
         return [path]
 
 

@@ -295,13 +295,14 @@ def write_results(directory: str, results: dict[str, object], name: str = RESULT
     """
     tf.io.gfile.makedirs(directory)
     path = os.path.join(directory, f"{name}.txt")
-    _write_atomically(path, "".join(f"{key} = {value}\n" for key, value in sorted(results.items())))
+    write_atomically(path, "".join(f"{key} = {value}\n" for key, value in sorted(results.items())))
     if with_json:
-        _write_atomically(os.path.join(directory, f"{name}.json"), json.dumps(results, indent=2, sort_keys=True))
+        write_atomically(os.path.join(directory, f"{name}.json"), json.dumps(results, indent=2, sort_keys=True))
     return path
 
 
-def _write_atomically(path: str, text: str) -> None:
+def write_atomically(path: str, text: str) -> None:
+    """Writes `text` to `path` (local or remote) under a temporary name, renamed when complete."""
     temporary = f"{path}.tmp-{os.getpid()}"
     with tf.io.gfile.GFile(temporary, "w") as handle:
         handle.write(text)
