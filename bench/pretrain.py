@@ -13,7 +13,16 @@ dropout, MLM + NSP losses, backward, global-norm clipping, AdamW update) for
 Both run `--steps_per_call` steps per host call from an in-memory batch, timed
 round-robin (see bench/common.py), the best call of each compared. Writes bench/results/pretrain.json.
 
+`--precisions` compares instead float32 with bfloat16 (no XLA) for ours
+(`--mixed_precision=bf16`), Model Garden (tf_keras' `mixed_bfloat16` policy) and HF
+`transformers` `BertForPreTraining` on PyTorch (its stock forward, which scores the
+masked-LM head at every position, and the same modules scoring only the masked
+positions, as the original, ours and bench/pretrain_transfer.py do; bf16 by
+`torch.autocast("cpu", torch.bfloat16)`), with torch's AdamW, clipping 1.0 and a
+warm-up schedule. Writes bench/results/pretrain_precisions.json.
+
     python bench/pretrain.py [--rounds 5] [--steps_per_call 2] [--preset small]
+    python bench/pretrain.py --precisions [--preset tiny]
 """
 
 from __future__ import annotations
@@ -61,10 +70,10 @@ def endless(batch: dict[str, np.ndarray]):
     return iter(tf.data.Dataset.from_tensors(batch).repeat())
 
 
-def ours(config: BertConfig, batch, steps: int, jit: bool, accumulation: int = 1):
+def ours(config: BertConfig, batch, steps: int, jit: bool, accumulation: int = 1, dtype: str = "float32"):
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
-        model = BertPretrainer(BertEncoder(config), PREDICTIONS)
+        model = BertPretrainer(BertEncoder(config, dtype=dtype), PREDICTIONS)
         optimizer = create_optimizer("adamw", LEARNING_RATE, TRAIN_STEPS, WARMUP_STEPS)
         plan = BatchPlan(BATCH, accumulation_steps=accumulation)
         trainer = PretrainingTrainer(strategy, model, optimizer, StepOptions(plan, jit_compile=jit))
@@ -78,11 +87,12 @@ def ours(config: BertConfig, batch, steps: int, jit: bool, accumulation: int = 1
     return call
 
 
-def model_garden(config: BertConfig, batch, steps: int, jit: bool):
+def model_garden(config: BertConfig, batch, steps: int, jit: bool, policy: str = "float32"):
     import tf_keras
     from official.nlp import optimization
     from official.nlp.modeling import layers, models
 
+    tf_keras.mixed_precision.set_global_policy(policy)  # Model Garden's way: a global policy while building
     init = tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range)
     gelu = lambda x: tf_keras.activations.gelu(x, approximate=True)  # noqa: E731 - the original's GELU
     encoder = model_garden_encoder(config)
@@ -118,7 +128,103 @@ def model_garden(config: BertConfig, batch, steps: int, jit: bool):
             step(next(iterator))
 
     iterator = endless(batch)
+    tf_keras.mixed_precision.set_global_policy("float32")
     return lambda: loop(iterator, tf.constant(steps))
+
+
+def hf(config: BertConfig, batch, steps: int, bf16: bool, masked_only: bool):
+    """HF `BertForPreTraining`, one optimiser step a call (see the module docstring)."""
+    import contextlib
+
+    import torch
+    import transformers
+
+    from bench.common import torch_schedule
+
+    model = transformers.BertForPreTraining(transformers.BertConfig(**config.to_dict()))
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, eps=1e-6, weight_decay=0.01)
+    schedule = torch_schedule(optimizer, WARMUP_STEPS, TRAIN_STEPS, "from_peak")
+    tensors = {name: torch.from_numpy(value).long() for name, value in batch.items() if name != "masked_lm_weights"}
+    labels = torch.full(tensors["input_word_ids"].shape, -100).scatter_(
+        1, tensors["masked_lm_positions"], tensors["masked_lm_ids"]
+    )
+    inputs = {"input_ids": tensors["input_word_ids"], "attention_mask": tensors["input_mask"],
+              "token_type_ids": tensors["input_type_ids"]}  # fmt: skip
+    nsp = tensors["next_sentence_labels"].flatten()
+
+    def loss():
+        if not masked_only:
+            return model(**inputs, labels=labels, next_sentence_label=nsp).loss
+        outputs = model.bert(**inputs)
+        sequence = outputs.last_hidden_state
+        positions = tensors["masked_lm_positions"].unsqueeze(-1).expand(-1, -1, sequence.shape[-1])
+        mlm, next_sentence = model.cls(torch.gather(sequence, 1, positions), outputs.pooler_output)
+        return torch.nn.functional.cross_entropy(
+            mlm.flatten(0, 1).float(), tensors["masked_lm_ids"].flatten()
+        ) + torch.nn.functional.cross_entropy(next_sentence.float(), nsp)
+
+    def call():
+        for _ in range(steps):
+            context = torch.autocast("cpu", torch.bfloat16) if bf16 else contextlib.nullcontext()
+            with context:
+                value = loss()
+            value.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+
+    return call
+
+
+def precisions(args) -> None:
+    """float32 against bfloat16 for ours, Model Garden and HF (see the module docstring)."""
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    config = BertConfig.from_preset(args.preset)
+    batch = batch_arrays(config.vocab_size)
+    k = args.steps_per_call
+    failures = {}
+    contenders = {
+        "ours_fp32": ours(config, batch, k, jit=False),
+        "ours_bf16": ours(config, batch, k, jit=False, dtype="mixed_bfloat16"),
+        "model_garden_fp32": model_garden(config, batch, k, jit=False),
+        "hf_fp32": hf(config, batch, k, bf16=False, masked_only=False),
+        "hf_bf16": hf(config, batch, k, bf16=True, masked_only=False),
+        "hf_masked_only_fp32": hf(config, batch, k, bf16=False, masked_only=True),
+        "hf_masked_only_bf16": hf(config, batch, k, bf16=True, masked_only=True),
+    }
+    try:  # Model Garden's MaskedLM multiplies a float32 tensor by the bf16-cast embedding table
+        step = model_garden(config, batch, k, jit=False, policy="mixed_bfloat16")
+        step()
+        contenders["model_garden_bf16"] = step
+    except Exception as error:  # noqa: BLE001 - a peer's failure is a result to report, not a crash
+        failures["model_garden_bf16"] = str(error).strip().splitlines()[-1].strip()
+    times = interleaved_times(contenders, rounds=args.rounds, warmup=1)
+    seconds = {name: t["min"] for name, t in times.items()}
+    rows = [
+        {
+            "contender": name,
+            "min_s_per_step": secs / k,
+            "median_s_per_step": times[name]["median"] / k,
+            "examples_per_s": BATCH * k / secs,
+            "bf16_speedup": seconds[name.replace("_bf16", "_fp32")] / secs if name.endswith("_bf16") else None,
+            "ours_vs_this": secs / seconds["ours_bf16" if name.endswith("_bf16") else "ours_fp32"],
+        }
+        for name, secs in seconds.items()
+        if not name.endswith("_bf16") or name.replace("_bf16", "_fp32") in seconds
+    ]
+    rows += [{"contender": name, "error": error} for name, error in failures.items()]
+    print(f"preset {args.preset}, batch {BATCH}, seq {SEQ}, {PREDICTIONS} predictions, {k} steps per call, "
+          f"best of {args.rounds} interleaved rounds; ours_vs_this: this contender's time / ours (same precision)")  # fmt: skip
+    print_table(rows, ["contender", "min_s_per_step", "median_s_per_step", "examples_per_s", "bf16_speedup",
+                       "ours_vs_this", "error"])  # fmt: skip
+    path = write_json("pretrain_precisions", {"preset": args.preset, "batch": BATCH, "seq": SEQ,
+                                              "predictions": PREDICTIONS, "steps_per_call": k, "rounds": args.rounds,
+                                              "rows": rows})  # fmt: skip
+    print("wrote", path)
 
 
 def main() -> None:
@@ -126,7 +232,10 @@ def main() -> None:
     parser.add_argument("--preset", default="small")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps_per_call", type=int, default=2)
+    parser.add_argument("--precisions", action="store_true", help="float32 vs bfloat16: ours, Model Garden, HF.")
     args = parser.parse_args()
+    if args.precisions:
+        return precisions(args)
 
     keras.utils.set_random_seed(0)
     config = BertConfig.from_preset(args.preset)
