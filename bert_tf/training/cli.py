@@ -23,7 +23,7 @@ from typing import Any
 from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
-from bert_tf.flags import Flag, flag_values, require, run_main
+from bert_tf.flags import INIT_CHECKPOINT_STATES, Flag, flag_values, require, run_main
 
 FLAGS = flag_values(
     "model", "vocab_size", "input_file", "max_seq_length", "max_predictions_per_seq", "dynamic_masking", "schedule",
@@ -38,6 +38,11 @@ FLAGS = flag_values(
                                             "are summed before one update (the same update as the whole batch)."),
         "eval_input_file": Flag(str, None, "[Optional] TFRecords to evaluate on (held-out data); by default "
                                 "--input_file, as the original."),
+        "init_checkpoint_state": Flag(INIT_CHECKPOINT_STATES, "weights", "What --init_checkpoint carries into a new "
+                                      "--output_dir: weights (the original's: step 0, fresh optimiser and schedule) "
+                                      "or all (a run_pretraining.py checkpoint's step, Adam moments and so its "
+                                      "learning-rate schedule too; --num_train_steps is then the total of both "
+                                      "phases). The input always starts afresh."),
     },
 )  # fmt: skip
 
@@ -66,6 +71,7 @@ def options_from_flags(values: FlagValues):
         input_file=values.input_file,
         output_dir=values.output_dir,
         init_checkpoint=values.init_checkpoint,
+        init_checkpoint_state=values.init_checkpoint_state,
         eval_input_file=values.eval_input_file,
         max_seq_length=values.max_seq_length,
         max_predictions_per_seq=values.max_predictions_per_seq,
