@@ -30,6 +30,7 @@ from bert_tf.flags import parse
 from bert_tf.training import PretrainingRun
 from bert_tf.training import cli as run_pretraining
 from tests.conftest import PROJECT, require_module, shared_file
+from tests.pretraining_helpers import fails_with
 
 ENWIKI = "pretrain/enwiki/wiki_00"
 ARTICLES = 60  # the first 60 articles of wiki_00: 6 are kept (54 are empty), 127 / 70 instances
@@ -62,7 +63,7 @@ def make_records(corpus: pathlib.Path, output: pathlib.Path, max_seq_length: int
     return str(output)
 
 
-def run_flags(data: str, output_dir: pathlib.Path, config: str, shape: dict[str, int], **more) -> list[str]:
+def phase_flags(data: str, output_dir: pathlib.Path, config: str, shape: dict[str, int], **more) -> list[str]:
     values = {
         "input_file": data, "output_dir": output_dir, "bert_config_file": config, **shape,
         "train_batch_size": BATCH, "learning_rate": PEAK, "num_warmup_steps": WARMUP,
@@ -91,8 +92,8 @@ def phases(tmp_path_factory) -> dict[str, object]:
         "long": make_records(corpus, root / "seq64.tfrecord", **PHASE2),
         "phase1": root / "phase1",
     }
-    flags = run_flags(setup["short"], setup["phase1"], setup["config"], PHASE1, num_train_steps=PHASE1_STEPS,
-                      save_checkpoints_steps=3, iterations_per_loop=3)  # fmt: skip
+    flags = phase_flags(setup["short"], setup["phase1"], setup["config"], PHASE1, num_train_steps=PHASE1_STEPS,
+                        save_checkpoints_steps=3, iterations_per_loop=3)  # fmt: skip
     assert run_pretraining.main(flags) == 0
     setup["phase1_final"] = tf.train.load_checkpoint(str(setup["phase1"] / f"ckpt-{PHASE1_STEPS}"))
     return setup
@@ -100,18 +101,17 @@ def phases(tmp_path_factory) -> dict[str, object]:
 
 def phase2_flags(phases, output_dir: pathlib.Path, state: str | None, **more) -> list[str]:
     init = {"init_checkpoint": phases["phase1"], **({"init_checkpoint_state": state} if state else {})}
-    return run_flags(phases["long"], output_dir, phases["config"], PHASE2, **init, **more)
+    return phase_flags(phases["long"], output_dir, phases["config"], PHASE2, **init, **more)
 
 
 # === What phase 2 starts from ===
 def started(flags: list[str], scratch: pathlib.Path,
-            log: list[str] | None = None) -> tuple[PretrainingRun, tf.train.CheckpointReader]:  # fmt: skip
+            log: list[str]) -> tuple[PretrainingRun, tf.train.CheckpointReader]:  # fmt: skip
     """Phase 2 set up as run_pretraining.py sets it up (its lines into `log`), before its
     first step, and its model and optimiser written as a checkpoint (to compare with
     phase 1's by name)."""
     parse(run_pretraining.FLAGS, flags)
-    lines = [] if log is None else log
-    session = PretrainingRun(run_pretraining.options_from_flags(run_pretraining.FLAGS), log=lines.append)
+    session = PretrainingRun(run_pretraining.options_from_flags(run_pretraining.FLAGS), log=log.append)
     session.restore()
     path = tf.train.Checkpoint(model=session.model, optimizer=session.optimizer).write(str(scratch / "start"))
     return session, tf.train.load_checkpoint(path)
@@ -161,7 +161,7 @@ def test_weights_mode_starts_at_step_0_with_zero_moments_and_a_new_warm_up(phase
     phase1 = phases["phase1_final"]
     output = tmp_path / "phase2"
 
-    session, start = started(phase2_flags(phases, output, "weights", num_train_steps=3), tmp_path)
+    session, start = started(phase2_flags(phases, output, "weights", num_train_steps=3), tmp_path, [])
     assert int(session.global_step.numpy()) == 0 and int(session.optimizer.iterations.numpy()) == 0
     assert float(session.optimizer.learning_rate) == 0.0  # warm-up at step 0: PEAK * 0 / WARMUP
     moments = tensors(start, "optimizer/_variables/")
@@ -226,21 +226,13 @@ def test_all_mode_carries_step_moments_and_schedule_but_not_the_input_position(p
 
 
 # === Bad input: one sentence, exit status 1 ===
-def fails_with(capsys, flags: list[str], *fragments: str) -> str:
-    assert run_pretraining.main(flags) == 1
-    error = capsys.readouterr().err.strip()
-    assert len(error.splitlines()) == 1 and "Traceback" not in error, error
-    for fragment in fragments:
-        assert fragment in error, error
-    return error
-
-
 def test_rerunning_phase_1_dir_with_phase_2_records_is_refused(phases, capsys):
     before = sorted(os.listdir(phases["phase1"]))
-    flags = run_flags(phases["long"], phases["phase1"], phases["config"], PHASE2, num_train_steps=TOTAL_STEPS)
+    flags = phase_flags(phases["long"], phases["phase1"], phases["config"], PHASE2, num_train_steps=TOTAL_STEPS)
     fails_with(capsys, flags, f"--output_dir {phases['phase1']} holds a pre-training phase on records of "
                "max_seq_length 32 and max_predictions_per_seq 5, but this run reads 64 and 10",
-               f"new --output_dir with --init_checkpoint={phases['phase1']}", "--init_checkpoint_state=all")  # fmt: skip
+               f"new --output_dir with --init_checkpoint={phases['phase1']}",
+               "--init_checkpoint_state=all")  # fmt: skip
     assert sorted(os.listdir(phases["phase1"])) == before
     assert tf.train.latest_checkpoint(str(phases["phase1"])).endswith(f"ckpt-{PHASE1_STEPS}")
 
@@ -265,12 +257,12 @@ def test_all_mode_needs_a_training_checkpoint_that_has_not_reached_the_total(pha
 def test_records_of_another_length_than_the_flags_name_the_file_and_both(phases, capsys):
     # Phase 2's records with phase 1's flags, and a phase-2 glob that caught a phase-1 file.
     out = phases["root"] / "mismatch"
-    fails_with(capsys, run_flags(phases["long"], out, phases["config"], PHASE1),
+    fails_with(capsys, phase_flags(phases["long"], out, phases["config"], PHASE1),
                f"{phases['long']} holds records of max_seq_length 64 and max_predictions_per_seq 10, "
                "but --max_seq_length=32 and --max_predictions_per_seq=5")  # fmt: skip
     both = f"{phases['long']},{phases['short']}"
-    fails_with(capsys, run_flags(both, out, phases["config"], PHASE2),
+    fails_with(capsys, phase_flags(both, out, phases["config"], PHASE2),
                f"{phases['short']} holds records of max_seq_length 32 and max_predictions_per_seq 5, "
                "but --max_seq_length=64 and --max_predictions_per_seq=10")  # fmt: skip
-    fails_with(capsys, run_flags(phases["long"], out, phases["config"], {**PHASE2, "max_predictions_per_seq": 20}),
+    fails_with(capsys, phase_flags(phases["long"], out, phases["config"], {**PHASE2, "max_predictions_per_seq": 20}),
                "max_seq_length 64 and max_predictions_per_seq 10", "--max_predictions_per_seq=20")  # fmt: skip

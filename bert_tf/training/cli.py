@@ -13,6 +13,17 @@ Example:
     --preset=tiny --do_train --do_eval --train_batch_size=32 --num_train_steps=1000 \\
     --num_warmup_steps=100 --learning_rate=1e-4
   tensorboard --logdir out
+
+Two-phase pre-training (90% of the steps at 128, 10% at 512): phase 2 in a new
+--output_dir, from phase 1's; --init_checkpoint_state=all carries its step, Adam
+moments and schedule (--num_train_steps: the total), weights (the original's
+--init_checkpoint) only its weights:
+  python run_pretraining.py --input_file='data/seq128-*' --output_dir=phase1 \\
+    --bert_config_file=bert_config.json --do_train --num_train_steps=900 --num_warmup_steps=10
+  python run_pretraining.py --input_file='data/seq512-*' --output_dir=phase2 \\
+    --bert_config_file=bert_config.json --do_train --num_train_steps=1000 --num_warmup_steps=10 \\
+    --max_seq_length=512 --max_predictions_per_seq=80 --init_checkpoint=phase1 \\
+    --init_checkpoint_state=all
 """
 
 from __future__ import annotations

@@ -72,11 +72,10 @@ class Phase:
         tf.io.gfile.makedirs(os.path.dirname(self.path(output_dir)))
         write_atomically(self.path(output_dir), json.dumps(dataclasses.asdict(self), indent=2) + "\n")
 
-    def same_records(self, other: Phase) -> bool:
-        return (self.max_seq_length, self.max_predictions_per_seq) == (
-            other.max_seq_length,
-            other.max_predictions_per_seq,
-        )
+    @property
+    def records(self) -> tuple[int, int]:
+        """The shape of its records: (max_seq_length, max_predictions_per_seq)."""
+        return self.max_seq_length, self.max_predictions_per_seq
 
 
 class InputPositions:

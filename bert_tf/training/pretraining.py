@@ -183,7 +183,7 @@ class PretrainingRun:
         saved = Phase.load(self.output.path)
         if saved is None:  # written before phases were recorded: one phase from step 0
             return
-        if self.options.do_train and not saved.same_records(self.phase):
+        if self.options.do_train and saved.records != self.phase.records:
             raise BertTfError(
                 f"--output_dir {self.output.path} holds a pre-training phase on records of max_seq_length "
                 f"{saved.max_seq_length} and max_predictions_per_seq {saved.max_predictions_per_seq}, but this run "
@@ -203,8 +203,8 @@ class PretrainingRun:
                 self.checkpoint.read(prefix, *CARRIED_STATE)
             except (AssertionError, ValueError, tf.errors.OpError) as error:
                 raise BertTfError(
-                    f"The optimiser state of --init_checkpoint {prefix} does not fit this run ({first_line(error)}); "
-                    "pass the --optimizer it was trained with, or --init_checkpoint_state=weights."
+                    f"The training state of --init_checkpoint {prefix} does not fit this run ({first_line(error)}); "
+                    "pass --init_checkpoint_state=weights to start from its weights only."
                 ) from None
         step = int(self.global_step.numpy())
         if step >= self.options.num_train_steps:
