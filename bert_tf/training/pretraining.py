@@ -207,7 +207,7 @@ class PretrainingRun:
                     "pass --init_checkpoint_state=weights to start from its weights only."
                 ) from None
         step = int(self.global_step.numpy())
-        if step >= self.options.num_train_steps:
+        if self.options.do_train and step >= self.options.num_train_steps:
             raise BertTfError(
                 f"--init_checkpoint {prefix} is at step {step}, which --init_checkpoint_state=all carries on from: "
                 f"--num_train_steps={self.options.num_train_steps} counts both phases, so it must exceed {step}."
