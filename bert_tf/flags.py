@@ -47,6 +47,8 @@ OPTIMIZERS = ("adamw", "lamb")
 LR_DECAYS = ("original", "from_peak")
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 MIXED_PRECISION = ("none", "bf16", "fp16")
+# What run_pretraining.py's --init_checkpoint carries into the run (bert_tf.training.options).
+INIT_CHECKPOINT_STATES = ("weights", "all")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -122,3 +122,16 @@ def run_flags(input_file: str, output_dir: str, config_file: str, **overrides) -
 def run_entry_point(flags: list[str], timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
     """Runs `python run_pretraining.py FLAGS` in a fresh process."""
     return PROJECT.run("run_pretraining.py", *flags, timeout=timeout, env=env)
+
+
+def fails_with(capsys, flags: list[str], *fragments: str) -> str:
+    """Runs run_pretraining.py in-process with `flags`: it must exit 1 after one `error:` line
+    holding every fragment, and no traceback. Returns that line."""
+    from bert_tf.training import cli as run_pretraining
+
+    assert run_pretraining.main([*flags]) == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "Traceback" not in error, error
+    for fragment in fragments:
+        assert fragment in error, error
+    return error

@@ -20,6 +20,7 @@ from bert_tf.training import cli as run_pretraining
 from tests.pretraining_helpers import (
     PREDICTIONS,
     SEQ,
+    fails_with,
     run_entry_point,
     run_flags,
     write_config,
@@ -209,15 +210,6 @@ def test_init_checkpoint_reads_google_tf1_checkpoints(files, tmp_path):
 
 
 # === Bad input: one sentence on stderr, exit status 1, nothing saved is lost ===
-def fails_with(capsys, flags: list[str], *fragments: str) -> str:
-    assert run_pretraining.main([*flags]) == 1
-    error = capsys.readouterr().err.strip()
-    assert len(error.splitlines()) == 1 and "Traceback" not in error, error
-    for fragment in fragments:
-        assert fragment in error, error
-    return error
-
-
 def test_missing_input_files_exit_with_one_sentence_and_no_traceback(files, tmp_path):
     flags = run_flags(str(tmp_path / "nothing-*.tfrecord"), str(tmp_path / "out"), files["config"])
     result = run_entry_point(flags)

@@ -15,7 +15,8 @@ modules, which stay pure Keras 3.
   `iterations_per_loop`, checkpoints and resume, TensorBoard, the NaN stop, results
   files, the precision table;
 - `options`: `PretrainingOptions`, the flags of `run_pretraining.py`;
-- `input_state`: each worker's input position at each checkpoint;
+- `input_state`: the phase an output dir holds (two-phase pre-training) and each
+  worker's input position at each checkpoint;
 - `pretraining`: `PretrainingRun` and `run`, the whole job.
 """
 

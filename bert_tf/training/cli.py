@@ -13,6 +13,17 @@ Example:
     --preset=tiny --do_train --do_eval --train_batch_size=32 --num_train_steps=1000 \\
     --num_warmup_steps=100 --learning_rate=1e-4
   tensorboard --logdir out
+
+Two-phase pre-training (90% of the steps at 128, 10% at 512): phase 2 in a new
+--output_dir, from phase 1's; --init_checkpoint_state=all carries its step, Adam
+moments and schedule (--num_train_steps: the total), weights (the original's
+--init_checkpoint) only its weights:
+  python run_pretraining.py --input_file='data/seq128-*' --output_dir=phase1 \\
+    --bert_config_file=bert_config.json --do_train --num_train_steps=900 --num_warmup_steps=10
+  python run_pretraining.py --input_file='data/seq512-*' --output_dir=phase2 \\
+    --bert_config_file=bert_config.json --do_train --num_train_steps=1000 --num_warmup_steps=10 \\
+    --max_seq_length=512 --max_predictions_per_seq=80 --init_checkpoint=phase1 \\
+    --init_checkpoint_state=all
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from typing import Any
 from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
-from bert_tf.flags import Flag, flag_values, require, run_main
+from bert_tf.flags import INIT_CHECKPOINT_STATES, Flag, flag_values, require, run_main
 
 FLAGS = flag_values(
     "model", "vocab_size", "input_file", "max_seq_length", "max_predictions_per_seq", "dynamic_masking", "schedule",
@@ -38,6 +49,11 @@ FLAGS = flag_values(
                                             "are summed before one update (the same update as the whole batch)."),
         "eval_input_file": Flag(str, None, "[Optional] TFRecords to evaluate on (held-out data); by default "
                                 "--input_file, as the original."),
+        "init_checkpoint_state": Flag(INIT_CHECKPOINT_STATES, "weights", "What --init_checkpoint carries into a new "
+                                      "--output_dir: weights (the original's: step 0, fresh optimiser and schedule) "
+                                      "or all (a run_pretraining.py checkpoint's step, Adam moments and so its "
+                                      "learning-rate schedule too; --num_train_steps is then the total of both "
+                                      "phases). The input always starts afresh."),
     },
 )  # fmt: skip
 
@@ -66,6 +82,7 @@ def options_from_flags(values: FlagValues):
         input_file=values.input_file,
         output_dir=values.output_dir,
         init_checkpoint=values.init_checkpoint,
+        init_checkpoint_state=values.init_checkpoint_state,
         eval_input_file=values.eval_input_file,
         max_seq_length=values.max_seq_length,
         max_predictions_per_seq=values.max_predictions_per_seq,

@@ -1,20 +1,81 @@
-"""The position of each worker's input pipeline at each pre-training checkpoint.
+"""The input of a pre-training output dir: the phase it holds, and the position of each
+worker's input pipeline at each checkpoint.
+
+One output dir holds one *phase* of pre-training: one input, whose records have one
+shape. `Phase` (`input_state/phase.json`) says at which step that input began (0, or
+the step carried from phase 1 by `--init_checkpoint_state=all`) and the shape of its
+records: a restart that reads records of another shape is a new phase, refused (it
+goes into a new output dir), and an input whose saved position is lost is skipped to
+where it was, counted from the phase's first step.
 
 Beside `ckpt-<step>`, every worker saves its `tf.data` iterator as
 `input_state/<fingerprint>/worker-<i>/input-<step>`, the fingerprint naming the input
 (files, batch plan, seed, masking): a restart of the same input goes on with exactly the
 batches an uninterrupted run would have read; another input starts afresh.
+
+Example:
+>>> import tempfile
+>>> output_dir = tempfile.mkdtemp()
+>>> Phase.load(output_dir) is None
+True
+>>> Phase(first_step=900, max_seq_length=512, max_predictions_per_seq=80).save(output_dir)
+>>> Phase.load(output_dir)
+Phase(first_step=900, max_seq_length=512, max_predictions_per_seq=80)
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 
 import tensorflow as tf
 
-from bert_tf.training.runloop import OutputDir
+from bert_tf.errors import BertTfError
+from bert_tf.training.runloop import OutputDir, write_atomically
 
 INPUT_STATE_DIR = "input_state"
+PHASE_NAME = "phase.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """The phase of pre-training an output dir holds.
+
+    Attributes:
+        first_step: the global step at which its input began.
+        max_seq_length, max_predictions_per_seq: the shape of its records.
+    """
+
+    first_step: int
+    max_seq_length: int
+    max_predictions_per_seq: int
+
+    @staticmethod
+    def path(output_dir: str) -> str:
+        return os.path.join(output_dir, INPUT_STATE_DIR, PHASE_NAME)
+
+    @classmethod
+    def load(cls, output_dir: str) -> Phase | None:
+        """The phase recorded in `output_dir`; None if none is (a new directory, or one
+        written before phases were recorded)."""
+        path = cls.path(output_dir)
+        if not tf.io.gfile.exists(path):
+            return None
+        try:
+            with tf.io.gfile.GFile(path) as handle:
+                return cls(**json.load(handle))
+        except (ValueError, TypeError) as error:
+            raise BertTfError(f"{path} is damaged ({error}); delete it to resume as the first phase.") from None
+
+    def save(self, output_dir: str) -> None:
+        tf.io.gfile.makedirs(os.path.dirname(self.path(output_dir)))
+        write_atomically(self.path(output_dir), json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+
+    @property
+    def records(self) -> tuple[int, int]:
+        """The shape of its records: (max_seq_length, max_predictions_per_seq)."""
+        return self.max_seq_length, self.max_predictions_per_seq
 
 
 class InputPositions:

@@ -18,6 +18,7 @@ import dataclasses
 
 from bert_tf.config import BertConfig
 from bert_tf.errors import BertTfError
+from bert_tf.flags import INIT_CHECKPOINT_STATES
 from bert_tf.optimization import OPTIMIZERS
 from bert_tf.training.distribution import STRATEGIES
 from bert_tf.training.runloop import PRECISIONS
@@ -31,6 +32,7 @@ class PretrainingOptions:
     input_file: str
     output_dir: str
     init_checkpoint: str | None = None
+    init_checkpoint_state: str = "weights"  # or "all": see bert_tf.training.pretraining
     eval_input_file: str | None = None
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
@@ -92,6 +94,9 @@ class PretrainingOptions:
                 f"--max_seq_length ({self.max_seq_length}) exceeds the model's max_position_embeddings "
                 f"({self.bert_config.max_position_embeddings})."
             )
+        _check_choice("init_checkpoint_state", self.init_checkpoint_state, INIT_CHECKPOINT_STATES)
+        if self.init_checkpoint_state == "all" and not self.init_checkpoint:
+            raise BertTfError("--init_checkpoint_state=all carries the state of --init_checkpoint: pass that too.")
         _check_choice("distribution_strategy", self.distribution_strategy, STRATEGIES)
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _check_choice("mixed_precision", self.mixed_precision, tuple(PRECISIONS))

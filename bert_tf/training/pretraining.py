@@ -12,10 +12,31 @@ is `steps.PretrainingTrainer`'s; what surrounds it is the run core's
   pipeline, so a restart (after any kill) goes on exactly where the last checkpoint
   was written;
 - `--init_checkpoint`: Google's TF1 checkpoints, HuggingFace directories, `.keras`
-  files or our training checkpoints (a directory or prefix, e.g. phase 1 of the
-  two-phase 128/512 recipe), loaded into the model by `bert_tf.checkpoints.load_into`;
+  files or our training checkpoints (a directory or prefix), loaded into the model by
+  `bert_tf.checkpoints.load_into`, when `output_dir` holds no checkpoint yet;
 - a NaN or infinite loss stops the run naming the step, before anything is saved;
 - `--do_eval` writes `eval_results.txt` as the original does.
+
+Two-phase pre-training (the original README's recipe: 90% of the steps at sequence
+length 128, the last 10% at 512, on data written twice): phase 2 runs in a new
+`output_dir` with `--init_checkpoint=PHASE1_DIR` and `--init_checkpoint_state`:
+
+- `weights` (the default) is the original `run_pretraining.py` with `--init_checkpoint`
+  into a new output dir: its `get_assignment_map_from_checkpoint` maps only
+  `tf.trainable_variables()`, so `global_step` and the Adam moments (`adam_m`,
+  `adam_v`, non-trainable) are not loaded: phase 2 starts at step 0 with zero moments
+  and its own warm-up and decay over its own `--num_train_steps`.
+- `all` carries phase 1's step, Adam moments (so the schedule goes on where it was),
+  examples count and dropout RNG state: `--num_train_steps` is the total of both phases
+  (900 at 128, then 1000 at 512: phase 2 trains steps 901-1000). This is what the
+  original does when phase 2 is run in phase 1's own output dir: its Estimator restores
+  every variable from there and `max_steps` counts from step 0.
+
+Either way phase 2's input starts at the beginning of its own files (phase 1's input
+position belongs to other files) and the fp16 loss scale starts afresh (phase 2 may use
+another `--mixed_precision`). Re-running phase 1's output dir with records of another
+length is refused, with the command to use instead: one output dir holds one phase
+(`input_state.Phase`), so phase 1's final checkpoint stays there for fine-tuning.
 """
 
 from __future__ import annotations
@@ -31,6 +52,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_tf import checkpoints
+from bert_tf.checkpoints import training_format
 from bert_tf.checkpoints.base import first_line
 from bert_tf.config import BertConfig
 from bert_tf.encoder import BertEncoder
@@ -39,7 +61,7 @@ from bert_tf.optimization import create_optimizer
 from bert_tf.pretrainer import BertPretrainer
 from bert_tf.training import inputs
 from bert_tf.training.distribution import create_strategy, num_workers
-from bert_tf.training.input_state import InputPositions
+from bert_tf.training.input_state import InputPositions, Phase
 from bert_tf.training.options import PretrainingOptions
 from bert_tf.training.runloop import (
     HostLoop,
@@ -53,6 +75,8 @@ from bert_tf.training.runloop import (
 from bert_tf.training.steps import PretrainingTrainer, StepOptions, eval_results, summarize
 
 CONFIG_NAME = "bert_config.json"
+# What --init_checkpoint_state=all carries besides the model (`RunCheckpoint.objects`).
+CARRIED_STATE = ("optimizer", "global_step", "examples", "dropout_seeds")
 EVAL_DIR = "eval"  # TensorBoard scalars of the evaluations
 
 
@@ -89,6 +113,8 @@ class PretrainingRun:
         self.positions = InputPositions(
             self.output, self.data.fingerprint(self.plan), options.keep_checkpoint_max * options.save_checkpoints_steps
         )
+        # The phase this run trains: it begins at step 0 unless `restore` says otherwise.
+        self.phase = Phase(0, options.max_seq_length, options.max_predictions_per_seq)
         self._input = None  # (iterator, its checkpoint), made by the first `train` call
         self._loop: HostLoop | None = None
         if self.tpu and options.num_tpu_cores and options.num_tpu_cores != replicas:
@@ -126,13 +152,18 @@ class PretrainingRun:
 
     # === Start ===
     def restore(self) -> None:
-        """Resumes from `output_dir`'s latest checkpoint, else loads `--init_checkpoint`."""
+        """Resumes from `output_dir`'s latest checkpoint, else starts from `--init_checkpoint`:
+        its weights, or with `--init_checkpoint_state=all` its training state too."""
+        options = self.options
         if self.checkpoint.latest:
             self._check_saved_config()
+            self._resume_phase()
             self.checkpoint.restore(self.log, lambda: int(self.global_step.numpy()))
-        elif self.options.init_checkpoint:
+        elif options.init_checkpoint and options.init_checkpoint_state == "all":
+            self._carry(options.init_checkpoint)
+        elif options.init_checkpoint:
             with self.strategy.scope():
-                loaded = checkpoints.load_into(self.model, self.options.init_checkpoint, flag="--init_checkpoint")
+                loaded = checkpoints.load_into(self.model, options.init_checkpoint, flag="--init_checkpoint")
             self.log(f"Initialised from {loaded}.")
 
     def _check_saved_config(self) -> None:
@@ -146,6 +177,60 @@ class PretrainingRun:
                 f"but this run's config describes {checkpoints.describe(ours)}; "
                 "use that config or another --output_dir."
             )
+
+    def _resume_phase(self) -> None:
+        """The phase `output_dir` holds; training on records of another shape is refused."""
+        saved = Phase.load(self.output.path)
+        if saved is None:  # written before phases were recorded: one phase from step 0
+            return
+        if self.options.do_train and saved.records != self.phase.records:
+            raise BertTfError(
+                f"--output_dir {self.output.path} holds a pre-training phase on records of max_seq_length "
+                f"{saved.max_seq_length} and max_predictions_per_seq {saved.max_predictions_per_seq}, but this run "
+                f"reads {self.phase.max_seq_length} and {self.phase.max_predictions_per_seq}; train the next phase "
+                f"into a new --output_dir with --init_checkpoint={self.output.path} (and "
+                "--init_checkpoint_state=all to carry the step count, optimiser state and schedule)."
+            )
+        self.phase = dataclasses.replace(self.phase, first_step=saved.first_step)
+
+    def _carry(self, path: str) -> None:
+        """`--init_checkpoint_state=all`: the weights and `CARRIED_STATE` of the training
+        checkpoint at `path`; this run's input begins at the step carried."""
+        prefix = self._training_prefix(path)
+        with self.strategy.scope():
+            checkpoints.load_into(self.model, prefix, flag="--init_checkpoint")
+            try:
+                self.checkpoint.read(prefix, *CARRIED_STATE)
+            except (AssertionError, ValueError, tf.errors.OpError) as error:
+                raise BertTfError(
+                    f"The training state of --init_checkpoint {prefix} does not fit this run ({first_line(error)}); "
+                    "pass --init_checkpoint_state=weights to start from its weights only."
+                ) from None
+        step = int(self.global_step.numpy())
+        if self.options.do_train and step >= self.options.num_train_steps:
+            raise BertTfError(
+                f"--init_checkpoint {prefix} is at step {step}, which --init_checkpoint_state=all carries on from: "
+                f"--num_train_steps={self.options.num_train_steps} counts both phases, so it must exceed {step}."
+            )
+        self.phase = dataclasses.replace(self.phase, first_step=step)
+        self.log(
+            f"Carried step {step}, the optimiser state and the learning-rate schedule from training checkpoint "
+            f"{prefix}; the input starts at its beginning."
+        )
+
+    @staticmethod
+    def _training_prefix(path: str) -> str:
+        """The run_pretraining.py checkpoint that `--init_checkpoint` names."""
+        if not (os.path.exists(path) or os.path.exists(f"{path}.index")):
+            raise BertTfError(f"--init_checkpoint {path} does not exist.")
+        prefix = training_format.find_training_prefix(path)
+        if prefix is None:
+            raise BertTfError(
+                f"--init_checkpoint_state=all carries the training state of a run_pretraining.py checkpoint, but "
+                f"--init_checkpoint {path} is a {checkpoints.detect_format(path)} checkpoint (weights only); "
+                "pass --init_checkpoint_state=weights."
+            )
+        return prefix
 
     def write_config(self) -> None:
         if self.output.chief:
@@ -161,6 +246,8 @@ class PretrainingRun:
             self.log(f"Training already reached step {step} of {options.num_train_steps}.")
             return
         if self._loop is None:
+            if self.output.chief:  # before the first checkpoint: a restart finds it
+                self.phase.save(self.output.path)
             self._input = self._training_iterator(step)
             self._loop = HostLoop(
                 self.checkpoint, options.iterations_per_loop, options.save_checkpoints_steps, options.num_train_steps,
@@ -169,19 +256,21 @@ class PretrainingRun:
         self._loop.run(step, stop, self._train_steps)
 
     def _training_iterator(self, step: int):
-        """The input at `step`: the saved input position, else `step` batches skipped."""
+        """The input at `step`: the saved input position, else the batches read since the
+        phase began skipped."""
+        read = step - self.phase.first_step  # batches of this input read so far
         if self.tpu:
-            dataset_fn = inputs.tpu_dataset_fn(self.data, self.options.train_batch_size, skip_batches=step)
+            dataset_fn = inputs.tpu_dataset_fn(self.data, self.options.train_batch_size, skip_batches=read)
             return iter(self.strategy.distribute_datasets_from_function(dataset_fn)), None
         iterator = iter(inputs.training_dataset(self.data, self.plan, self.output.worker))
         state = tf.train.Checkpoint(iterator=iterator)
-        if step and self.positions.restore(state, step):
+        if read and self.positions.restore(state, step):
             self.log(f"Input position restored from {self.positions.path(step)}.")
-        elif step:
+        elif read:
             # Another input (files, batch, seed...) or a lost position: the data seen
-            # so far is not known, so the new stream starts `step` batches in.
-            self.log(f"No saved position of this input at step {step}: skipping {step} batches of it.")
-            iterator = iter(inputs.training_dataset(self.data, self.plan, self.output.worker, skip_batches=step))
+            # so far is not known, so the new stream starts as many batches in.
+            self.log(f"No saved position of this input at step {step}: skipping {read} batches of it.")
+            iterator = iter(inputs.training_dataset(self.data, self.plan, self.output.worker, skip_batches=read))
             state = tf.train.Checkpoint(iterator=iterator)
         return iterator, state
 

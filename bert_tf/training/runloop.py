@@ -131,14 +131,15 @@ class RunCheckpoint:
     def __init__(self, model: keras.Model, updater: Updater, directory: str, max_to_keep: int,
                  resume_from: str | None = None, **counters: tf.Variable):  # fmt: skip
         self.updater = updater
-        self.checkpoint = tf.train.Checkpoint(
-            model=model,
-            optimizer=updater.optimizer,
-            dropout_seeds=dropout_seeds(model),
-            loss_scale=updater.loss_scale,
-            loss_scale_good_steps=updater.good_steps,
+        self.objects = {
+            "model": model,
+            "optimizer": updater.optimizer,
+            "dropout_seeds": dropout_seeds(model),
+            "loss_scale": updater.loss_scale,
+            "loss_scale_good_steps": updater.good_steps,
             **counters,
-        )
+        }
+        self.checkpoint = tf.train.Checkpoint(**self.objects)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name=CHECKPOINT_NAME
         )
@@ -164,6 +165,13 @@ class RunCheckpoint:
             ) from None
         log(f"Resuming from {latest} at step {step()}.")
         return latest
+
+    def read(self, prefix: str, *names: str) -> None:
+        """Restores only the objects `names` (keys of `objects`, e.g. "optimizer") from
+        the checkpoint at `prefix`, one of another run of the same layout; raises
+        `AssertionError` or `ValueError` where it lacks them or their shapes differ."""
+        part = tf.train.Checkpoint(**{name: self.objects[name] for name in names})
+        part.read(prefix).assert_existing_objects_matched().expect_partial()
 
     def save(self, step: int) -> None:
         self.manager.save(checkpoint_number=step)
