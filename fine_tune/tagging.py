@@ -497,13 +497,16 @@ def peoples_daily(config: PeoplesDailyConfig, run: RunConfig) -> Task:
 
 
 def weibo_character(cell: str) -> str:
-    """The character of a weiboNER_2nd_conll line: its first column is the character and
-    its position in its (segmented) word, "科0 技1": the digit is dropped.
+    """The character of a weiboNER_2nd_conll line. Its first column is the character
+    followed by the character's position in its segmented word ("科0 技1", up to "339" in
+    a long number: "3" at 39), so the character is the column's first code point; the 44
+    lines whose emoji the release lost hold two U+FFFD, one of which is kept (the
+    tokenizer drops it: [UNK]).
 
-    >>> weibo_character("科0"), weibo_character("1"), weibo_character("\ufffd\ufffd0")
-    ('科', '1', '\ufffd\ufffd')
+    >>> weibo_character("科0"), weibo_character("339"), weibo_character("\ufffd\ufffd0")
+    ('科', '3', '\ufffd')
     """
-    return cell[:-1] if len(cell) > 1 and cell[-1] in "0123456789" else cell
+    return cell[:1]
 
 
 def weibo_format(files: dict[str, str], config: ConllConfig) -> tuple[Reader, PredictionWriter]:
