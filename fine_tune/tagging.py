@@ -1,4 +1,4 @@
-"""Token tagging (NER): CoNLL-2003 (IOB1 as released, or IOB2) and character-level Chinese BIO.
+"""Token tagging (NER): CoNLL-2003 (IOB1 as released, or IOB2) and character-level Chinese BIO (People's Daily, Weibo).
 
 As the paper (section 5.3): each word is cut into WordPieces, the label sits on the
 first piece and the other pieces are ignored in the loss and at prediction; there is
@@ -162,14 +162,19 @@ class ConllReader:
     learns "B = an entity starts here"), and predictions go back to the file's scheme.
     """
 
-    labels = None  # taken from the training file
-
-    def __init__(self, files: dict[str, str], scheme: str, word: Callable[[str], str] = as_is):
+    def __init__(
+        self,
+        files: dict[str, str],
+        scheme: str,
+        word: Callable[[str], str] = as_is,
+        labels: tuple[str, ...] | None = None,
+    ):
         if scheme not in LABEL_SCHEMES:
             raise DataError(f"Unknown --label_scheme {scheme!r}; use one of {', '.join(LABEL_SCHEMES)}.")
         self.files = files
         self.scheme = scheme
         self.word = word
+        self.labels = labels  # None: taken from the training file
         self.file_is_iob1: dict[str, bool] = {}
 
     def read(self, data_dir: str, split: str) -> list[EvalSet]:
@@ -509,8 +514,14 @@ def weibo_character(cell: str) -> str:
     return cell[:1]
 
 
+# Weibo's 4 types, each a name (NAM) or a nominal mention (NOM), in `labels_in`'s order:
+# fixed, so that a training subset without, say, GPE.NOM still reads every dev file.
+WEIBO_LABELS = ("O", *(f"{prefix}-{kind}.{mention}" for kind in ("GPE", "LOC", "ORG", "PER")
+                       for mention in ("NAM", "NOM") for prefix in "BI"))  # fmt: skip
+
+
 def weibo_format(files: dict[str, str], config: ConllConfig) -> tuple[Reader, PredictionWriter]:
-    reader = ConllReader(files, config.label_scheme, word=weibo_character)
+    reader = ConllReader(files, config.label_scheme, word=weibo_character, labels=WEIBO_LABELS)
     return reader, ConllWriter(reader)
 
 
