@@ -129,7 +129,7 @@ class SquadConfig(TaskConfig):
     verbose_logging: bool = own(Flag(bool, False, "Report every answer text that cannot be mapped back exactly."))
 
 
-@register("squad", "SQuAD v1.1 / v2.0 JSON files (and SQuAD-format data such as CMRC 2018)", SquadConfig)
+@register("squad", "SQuAD v1.1 / v2.0 JSON files, or any SQuAD-format data (Chinese: --task=drcd)", SquadConfig)
 def squad_task(config: SquadConfig, run: RunConfig) -> Task:
     """The SQuAD task of `config`; raises a `BertTfError` for inconsistent settings."""
     _check(config, run)
