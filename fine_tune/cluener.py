@@ -24,6 +24,7 @@ from typing import Any
 from bert_tf.errors import DataError
 from bert_tf.feature_writers import atomic_outputs
 from fine_tune.config import RunConfig
+from fine_tune.jsonl import read_json_lines
 from fine_tune.metrics import chunks
 from fine_tune.registry import register
 from fine_tune.tagging import ConllConfig, ConllReader, tagging_task
@@ -124,30 +125,21 @@ def tags_to_label(tags: Sequence[str], text: str) -> dict[str, dict[str, list[li
 
 def read_cluener(path: str) -> tuple[list[ClueNerRecord], int]:
     """The lines of a CLUENER file, and how many nested spans were dropped."""
-    if not os.path.isfile(path):
-        raise DataError(f"Data file {path} does not exist.")
     records: list[ClueNerRecord] = []
     dropped = 0
-    with open(path, encoding="utf-8-sig") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            source = f"{path} line {number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(f"{source} is not a JSON object: {error.msg} (column {error.colno}).") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise DataError(f'{source} has no "text" string; CLUENER lines are {{"text": ..., "label": ...}}.')
-            text = record["text"]
-            tags = None
-            if "label" in record:
-                tags, nested = spans_to_tags(spans_of(record["label"], text, source), len(text))
-                dropped += nested
-            fields = tuple((key, value) for key, value in record.items() if key not in ("text", "label"))
-            index, label = len(records), None if tags is None else tuple(tags)
-            guid = f"{os.path.basename(path)}-{index}"
-            records.append(ClueNerRecord(guid, tuple(text), label, index, source, fields))
+    for number, record in read_json_lines(path):
+        source = f"{path} line {number}"
+        if not isinstance(record.get("text"), str):
+            raise DataError(f'{source} has no "text" string; CLUENER lines are {{"text": ..., "label": ...}}.')
+        text = record["text"]
+        tags = None
+        if "label" in record:
+            tags, nested = spans_to_tags(spans_of(record["label"], text, source), len(text))
+            dropped += nested
+        fields = tuple((key, value) for key, value in record.items() if key not in ("text", "label"))
+        index, label = len(records), None if tags is None else tuple(tags)
+        guid = f"{os.path.basename(path)}-{index}"
+        records.append(ClueNerRecord(guid, tuple(text), label, index, source, fields))
     return records, dropped
 
 

@@ -13,7 +13,7 @@ Example:
 >>> lookup("nope", "classifier")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-bert_tf.errors.BertTfError: Unknown --task 'nope'; valid tasks: ax, cola, mnli, mrpc, qnli, ..., xnli.
+bert_tf.errors.BertTfError: Unknown --task 'nope'; valid tasks: ax, chnsenticorp, cola, mnli, ..., xnli.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from bert_tf.errors import BertTfError
 from fine_tune.config import RunConfig, TaskConfig, from_dict
 
 # The modules whose import registers the built-in tasks.
-BUILTIN_TASK_MODULES = ("fine_tune.glue", "fine_tune.tagging", "fine_tune.cluener", "fine_tune.squad.task")
+BUILTIN_TASK_MODULES = ("fine_tune.glue", "fine_tune.chinese_classifiers", "fine_tune.tagging", "fine_tune.cluener",
+                        "fine_tune.squad.task")
 RUN_FILE = "fine_tune.json"
 
 

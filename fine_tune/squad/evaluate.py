@@ -15,9 +15,14 @@ over its gold answers. They differ on empty answers:
   the best threshold is searched: the best score reachable by predicting "" for every
   question whose probability is above it (`best_exact`, `best_f1` and their thresholds).
 
+Chinese answers have no spaces, so the v1.1 normalisation reads a whole answer as one
+token; `evaluate_chinese` is CMRC 2018's metric instead (character tokens, F1 of the
+longest common run), which DRCD and CMRC results are reported with.
+
 Run as a script like the official ones:
 
     python -m fine_tune.squad.evaluate dev-v2.0.json predictions.json --na_prob_file null_odds.json
+    python -m fine_tune.squad.evaluate DRCD_test.json predictions.json --version zh
 
 Example:
 >>> normalize_answer("The  Broncos!")
@@ -39,9 +44,10 @@ import json
 import re
 import string
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from bert_tf.tokenization import is_cjk, is_punctuation
 from fine_tune.squad.reader import load_json
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -110,6 +116,16 @@ def _say(message: str) -> None:
 
 def evaluate_v1(dataset: Sequence[Mapping[str, Any]], predictions: Mapping[str, str]) -> dict[str, float]:
     """`exact_match` and `f1` (in %) of the official SQuAD v1.1 script."""
+    return _best_over_golds(dataset, predictions, exact_match, f1_v1)
+
+
+def _best_over_golds(
+    dataset: Sequence[Mapping[str, Any]],
+    predictions: Mapping[str, str],
+    exact_of: Callable[[str, str], float],
+    f1_of: Callable[[str, str], float],
+) -> dict[str, float]:
+    """v1.1's scoring: per question the best score over its golds, 0 without a prediction, in %."""
     total = missing = 0
     exact = f1 = 0.0
     for qas_id, golds in questions(dataset):
@@ -118,13 +134,94 @@ def evaluate_v1(dataset: Sequence[Mapping[str, Any]], predictions: Mapping[str, 
             missing += 1
             continue
         prediction = predictions[qas_id]
-        exact += max(exact_match(prediction, gold) for gold in golds)
-        f1 += max(f1_v1(prediction, gold) for gold in golds)
+        exact += max(exact_of(prediction, gold) for gold in golds)
+        f1 += max(f1_of(prediction, gold) for gold in golds)
     if missing:
         _say(f"{missing} of {total} questions have no prediction; they score 0.")
     if total == 0:
         return {"exact_match": 0.0, "f1": 0.0}
     return {"exact_match": 100.0 * exact / total, "f1": 100.0 * f1 / total}
+
+
+# === Chinese (DRCD, CMRC 2018) ===
+def normalize_chinese(text: str) -> str:
+    """CMRC 2018's normalisation: lower case, outer whitespace stripped, punctuation dropped.
+
+    Punctuation is BERT's (`bert_tf.tokenization.is_punctuation`: ASCII symbols and
+    Unicode P*), a superset of the list in CMRC 2018's script.
+
+    >>> normalize_chinese(" 《阿闥婆吠陀》。")
+    '阿闥婆吠陀'
+    """
+    return "".join(char for char in text.lower().strip() if not is_punctuation(char))
+
+
+def chinese_tokens(text: str) -> list[str]:
+    """The units of CMRC 2018's F1: each CJK ideograph, and each whitespace-separated run
+    of the rest (CMRC's script runs nltk's word_tokenize there), of the normalised text.
+
+    >>> chinese_tokens("第一代iPhone 4s，")
+    ['第', '一', '代', 'iphone', '4s']
+    """
+    tokens: list[str] = []
+    for run in normalize_chinese(text).split():
+        piece = ""
+        for char in run:
+            if is_cjk(ord(char)):
+                tokens += [piece, char] if piece else [char]
+                piece = ""
+            else:
+                piece += char
+        tokens += [piece] if piece else []
+    return tokens
+
+
+def longest_common_run(first: Sequence[str], second: Sequence[str]) -> int:
+    """The length of the longest common contiguous run (substring) of two sequences.
+
+    >>> longest_common_run(list("1956年7月"), list("年7月福建"))
+    3
+    """
+    best = 0
+    previous = [0] * (len(second) + 1)
+    for item in first:
+        current = [0] * (len(second) + 1)
+        for index, other in enumerate(second, 1):
+            if item == other:
+                current[index] = previous[index - 1] + 1
+                best = max(best, current[index])
+        previous = current
+    return best
+
+
+def exact_match_chinese(prediction: str, gold: str) -> int:
+    """1 when both are equal once normalised (CMRC 2018's EM).
+
+    >>> exact_match_chinese("「領先盤」", "領先盤"), exact_match_chinese("1956年", "1956年7月")
+    (1, 0)
+    """
+    return int(normalize_chinese(prediction) == normalize_chinese(gold))
+
+
+def f1_chinese(prediction: str, gold: str) -> float:
+    """CMRC 2018's F1: precision and recall of the longest common run of `chinese_tokens`
+    (a run, not SQuAD's bag of tokens: the answer's characters in their order).
+
+    >>> round(f1_chinese("1956年", "1956年7月"), 4), f1_chinese("", "年")
+    (0.6667, 0.0)
+    """
+    predicted, golden = chinese_tokens(prediction), chinese_tokens(gold)
+    common = longest_common_run(predicted, golden)
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(golden)
+    return 2 * precision * recall / (precision + recall)
+
+
+def evaluate_chinese(dataset: Sequence[Mapping[str, Any]], predictions: Mapping[str, str]) -> dict[str, float]:
+    """`exact_match` and `f1` (in %) of CMRC 2018's evaluation script, the metric DRCD and
+    CMRC results are reported with; questions are scored as v1.1 (best gold, 0 if missing)."""
+    return _best_over_golds(dataset, predictions, exact_match_chinese, f1_chinese)
 
 
 def evaluate_v2(
@@ -228,8 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("data_file", help="The SQuAD JSON file with the gold answers.")
     parser.add_argument("pred_file", help="predictions.json: {question id: answer text}.")
     parser.add_argument("--na_prob_file", help="SQuAD 2.0: null_odds.json (no-answer scores).")
-    parser.add_argument("--version", choices=("1.1", "2.0"), default=None,
-                        help="Which official script to follow (default: 2.0 with --na_prob_file or a v2 file).")
+    parser.add_argument("--version", choices=("1.1", "2.0", "zh"), default=None,
+                        help="Which official script to follow (default: 2.0 with --na_prob_file or a v2 file); "
+                        "zh: CMRC 2018's character-level metric, for Chinese (DRCD, CMRC).")
     args = parser.parse_args(argv)
     try:
         dataset = load_json(args.data_file)
@@ -239,7 +337,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     version = args.version or ("2.0" if na_probs is not None or _has_unanswerable(dataset) else "1.1")
-    results = evaluate_v1(dataset, predictions) if version == "1.1" else evaluate_v2(dataset, predictions, na_probs)
+    if version == "2.0":
+        results = evaluate_v2(dataset, predictions, na_probs)
+    else:
+        results = (evaluate_chinese if version == "zh" else evaluate_v1)(dataset, predictions)
     print(json.dumps(results, indent=2))
     return 0
 

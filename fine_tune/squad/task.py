@@ -7,7 +7,8 @@ strategies, mixed precision, checkpoints and TensorBoard are the core's. Splits:
 nbest_predictions.json and, for SQuAD 2.0, null_odds.json, and scores them when the
 file has answers) and, with `--do_eval`, `--dev_file` (default: the predict file),
 scored after every epoch to keep the best checkpoint. File paths are relative to
-`--data_dir` if given.
+`--data_dir` if given. `--task=drcd` is the same on Chinese files (DRCD, CMRC 2018),
+scored with CMRC 2018's character-level metric.
 
 Example:
 >>> task = squad_task(SquadConfig(predict_file="dev-v1.1.json"), RunConfig("/tmp/squad", 384, do_predict=True))
@@ -26,7 +27,7 @@ from bert_tf.errors import BertTfError, DataError
 from bert_tf.flags import Flag
 from fine_tune.config import RunConfig, TaskConfig, own, shared, task_field
 from fine_tune.registry import register
-from fine_tune.squad.evaluate import evaluate_v1, evaluate_v2
+from fine_tune.squad.evaluate import evaluate_chinese, evaluate_v1, evaluate_v2
 from fine_tune.squad.features import SpanFeaturiser, check_lengths
 from fine_tune.squad.head import SpanHead, span_loss
 from fine_tune.squad.postprocess import PostprocessConfig, SpanPrediction, write_predictions
@@ -69,17 +70,21 @@ class SquadMetrics:
     """The official scores: v1.1 `exact_match`, `f1`; v2.0 `exact`, `f1`, HasAns/NoAns and best thresholds.
 
     For SQuAD 2.0 the null score differences are the no-answer probabilities, as the
-    original README feeds null_odds.json to the official script.
+    original README feeds null_odds.json to the official script. `chinese`: CMRC 2018's
+    character-level `exact_match` and `f1` instead of v1.1's (`evaluate_chinese`).
     """
 
     primary = "f1"
 
-    def __init__(self, version_2_with_negative: bool):
+    def __init__(self, version_2_with_negative: bool, chinese: bool = False):
         self.version_2_with_negative = version_2_with_negative
+        self.chinese = chinese
 
     def __call__(self, examples: Sequence[SquadExample], predictions: Sequence[SpanPrediction]) -> dict[str, float]:
         dataset = gold_dataset(examples)
         texts = {prediction.qas_id: prediction.text for prediction in predictions}
+        if self.chinese:
+            return evaluate_chinese(dataset, texts)
         if not self.version_2_with_negative:
             return evaluate_v1(dataset, texts)
         return evaluate_v2(dataset, texts, {p.qas_id: p.null_score_diff for p in predictions})
@@ -124,7 +129,7 @@ class SquadConfig(TaskConfig):
     verbose_logging: bool = own(Flag(bool, False, "Report every answer text that cannot be mapped back exactly."))
 
 
-@register("squad", "SQuAD v1.1 / v2.0 JSON files (and SQuAD-format data such as CMRC 2018)", SquadConfig)
+@register("squad", "SQuAD v1.1 / v2.0 JSON files, or any SQuAD-format data (Chinese: --task=drcd)", SquadConfig)
 def squad_task(config: SquadConfig, run: RunConfig) -> Task:
     """The SQuAD task of `config`; raises a `BertTfError` for inconsistent settings."""
     _check(config, run)
@@ -149,6 +154,23 @@ def squad_task(config: SquadConfig, run: RunConfig) -> Task:
         writer=SquadWriter(version_2),
         description="SQuAD span extraction",
     )
+
+
+@register(
+    "drcd",
+    "Chinese SQuAD-format files (DRCD, CMRC 2018), scored with CMRC 2018's character-level EM/F1",
+    SquadConfig,
+    aliases=("cmrc2018", "cmrc"),
+)
+def chinese_squad_task(config: SquadConfig, run: RunConfig) -> Task:
+    """`squad_task` with CMRC 2018's metric: v1.1's normalisation splits answers at spaces,
+    which Chinese has none of, so a whole answer would be one token."""
+    if config.version_2_with_negative:
+        raise BertTfError(f"--task={config.task} scores answerable questions only; drop --version_2_with_negative "
+                          "or use --task=squad.")
+    task = squad_task(config, run)
+    return dataclasses.replace(task, name="drcd", metrics=SquadMetrics(False, chinese=True),
+                               description="Chinese span extraction (CMRC 2018 metric)")
 
 
 def _check(config: SquadConfig, run: RunConfig) -> None:

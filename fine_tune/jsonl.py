@@ -1,0 +1,39 @@
+"""JSON-lines files (one object a line, the layout CLUE releases its tasks in), with one
+clear sentence for a missing file or a line that is not a JSON object.
+
+Example:
+>>> import os, tempfile
+>>> path = os.path.join(tempfile.mkdtemp(), "train.json")
+>>> _ = open(path, "w").write('{"sentence": "好", "label": "1"}\\n\\n{"sentence": "坏"\\n')
+>>> read_json_lines(path)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+bert_tf.errors.DataError: .../train.json line 3 is not a JSON object: Expecting ',' delimiter (column 17).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from bert_tf.errors import DataError
+
+
+def read_json_lines(path: str) -> list[tuple[int, dict]]:
+    """(1-based line number, object) of each non-blank line of `path`; raises `DataError`."""
+    if not os.path.isfile(path):
+        raise DataError(f"Data file {path} does not exist.")
+    records = []
+    with open(path, encoding="utf-8-sig") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line.rstrip("\r\n"))  # so the column is on this line
+            except json.JSONDecodeError as error:
+                message = f"{error.msg} (column {error.colno})"
+                raise DataError(f"{path} line {number} is not a JSON object: {message}.") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{path} line {number} is not a JSON object but a {type(record).__name__}.")
+            records.append((number, record))
+    return records
