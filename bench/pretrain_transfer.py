@@ -68,6 +68,8 @@ class Task:
     flags: tuple[str, ...] = ()
     in_mean: bool = True
     seeds: int | None = None  # None: --seeds; the large sets take one
+    scores_in: str = "eval"  # the report's section: "eval" (dev) or "test" (run_squad.py's --predict_file)
+    percent: bool = False  # run_squad.py scores in percent, the others in fractions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +131,11 @@ CHINESE = Language(
              seeds=1),
         Task("cluener", "ner", "zh/cluener2020", "dev_f1"),
         Task("weibo_ner", "ner", "zh/weibo_ner", "dev_f1"),
+        Task("peoples_daily", "ner", "zh/peoples_daily_ner", "dev_f1", ("--split_dev_every=5",)),
+        # DRCD has no training file here: train on its dev set, score its test set.
+        Task("drcd", "squad", "zh/drcd", "predict_f1", ("--nodo_eval", "--do_predict", "--train_file=DRCD_dev.json",
+             "--predict_file=DRCD_test.json", "--max_seq_length=384", "--num_train_epochs=2"), seeds=1,
+             scores_in="test", percent=True),
     ),
     mean_label="mean",
     held_out_every=20,
@@ -441,8 +448,9 @@ def fine_tune_once(work: Work, task: Task, init: str, seed: int, args) -> dict:
     report = run(*parse_args(task.family, flags))
     keras.backend.clear_session()
     shutil.rmtree(output, ignore_errors=True)  # the score is what is kept
-    scores = report.get("eval", {})
-    return {"score": 100 * scores[task.metric], "scores": scores, "train_seconds": report["train_seconds"]}
+    scores = report.get(task.scores_in, {})
+    score = scores[task.metric] if task.percent else 100 * scores[task.metric]
+    return {"score": score, "scores": scores, "train_seconds": report["train_seconds"]}
 
 
 def fine_tune_all(work: Work, tasks: tuple[Task, ...], inits: tuple[str, ...], args) -> dict:
