@@ -201,7 +201,9 @@ def precisions(args) -> None:
         step()
         contenders["model_garden_bf16"] = step
     except Exception as error:  # noqa: BLE001 - a peer's failure is a result to report, not a crash
-        failures["model_garden_bf16"] = str(error).strip().splitlines()[-1].strip()
+        failures["model_garden_bf16"] = next(
+            (line.strip() for line in str(error).splitlines() if "Incompatible" in line), str(error).splitlines()[0]
+        )
     times = interleaved_times(contenders, rounds=args.rounds, warmup=1)
     seconds = {name: t["min"] for name, t in times.items()}
     rows = [
