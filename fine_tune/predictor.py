@@ -493,7 +493,12 @@ class QuestionAnswerer(TaskModel):
         return SquadExample(str(index), question, Paragraph.from_context(context), None, source=where), None
 
     def result(self, example: SquadExample, context: None, prediction: SpanPrediction) -> Answer:
-        entry = next(entry for entry in prediction.nbest if entry.text == prediction.text)
-        if entry.start is None:  # the null answer (or the original's "empty": no valid span at all)
-            return Answer("", 0, 0, entry.probability, False, prediction.null_score_diff)
-        return Answer(prediction.text, entry.start, entry.end, entry.probability, True, prediction.null_score_diff)
+        return answer_of(prediction)
+
+
+def answer_of(prediction: SpanPrediction) -> Answer:
+    """The `Answer` of a question's prediction: its text, offsets and n-best probability."""
+    entry = next(entry for entry in prediction.nbest if entry.text == prediction.text)
+    if entry.start is None:  # the null answer (or the original's "empty": no valid span at all)
+        return Answer("", 0, 0, entry.probability, False, prediction.null_score_diff)
+    return Answer(prediction.text, entry.start, entry.end, entry.probability, True, prediction.null_score_diff)
