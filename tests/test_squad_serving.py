@@ -72,7 +72,7 @@ def graph_answers(pairs, config: PostprocessConfig, model=fake_model, vocab=UNCA
     preprocessor = BertPreprocessor(str(shared_file(vocab)), True, SEQ, padding="longest")
     answerer = SpanAnswerer(model, preprocessor, STRIDE, QUERY, config)
     serve = tf.function(answerer.__call__, input_signature=[tf.TensorSpec([None], tf.string)] * 2)
-    outputs = serve(tf.constant([q for q, _ in pairs]), tf.constant([c for _, c in pairs]))
+    outputs = serve(tf.constant([q for q, _ in pairs], tf.string), tf.constant([c for _, c in pairs], tf.string))
     return {key: value.numpy().tolist() for key, value in outputs.items()}
 
 
@@ -102,6 +102,9 @@ def test_the_graph_answers_as_the_python_path(version_2):
     tricky = expected[-len(TRICKY):]
     # No WordPiece in the context: no window; SQuAD 1.1's "empty" entry, SQuAD 2.0's null answer.
     assert tricky[-2:] == [Answer("", 0, 0, 1.0, False, 1e6 if version_2 else None)] * 2
+    # A batch without any window (the model sees no row), and an empty batch.
+    assert_same(tricky[-2:], graph_answers(TRICKY[-2:], config), version_2)
+    assert graph_answers([], config)["answer"] == []
 
 
 def test_small_n_best_and_short_answers():

@@ -248,7 +248,8 @@ class SpanAnswerer(tf.Module):
 
     def _null(self, logits: dict, windows: dict[str, tf.Tensor], batch: tf.Tensor) -> dict[str, tf.Tensor]:
         """SQuAD 2.0: each example's null candidate (the window with the lowest [CLS] score) and null score."""
-        start, end = logits["start"][:, 0], logits["end"][:, 0]
+        # [:, :1], not [:, 0]: a batch without any window has rows of no position at all.
+        start, end = (tf.reshape(logits[name][:, :1], [-1]) for name in ("start", "end"))
         score = tf.cast(start, tf.float64) + tf.cast(end, tf.float64)
         example = windows["example"]
         lowest = tf.math.unsorted_segment_min(score, example, batch)
