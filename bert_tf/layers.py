@@ -26,8 +26,26 @@ def activation(name: str):
     if name == "gelu":  # the original TF code's tanh approximation
         return lambda x: keras.activations.gelu(x, approximate=True)
     if name == "gelu_exact":  # erf form, HuggingFace's "gelu"
-        return lambda x: keras.activations.gelu(x, approximate=False)
+        return exact_gelu
     return keras.activations.get(name)
+
+
+def exact_gelu(x):
+    """x * Phi(x) with erf; a bfloat16 input is computed in float32 and cast back.
+
+    erf in bfloat16 is slow on CPUs and coarse (every step of its polynomial rounded to
+    8 significant bits): on a [4096, 1536] activation here, TF's bf16 GELU took 132 ms
+    against 25 ms for this one, whose largest error (0.0078, against float64) is the
+    one rounding of its output, where the bf16 one's is 0.0098.
+
+    >>> x = ops.convert_to_tensor([-1.0, 0.5, 2.0], dtype="bfloat16")
+    >>> y = exact_gelu(x)
+    >>> keras.backend.standardize_dtype(y.dtype), ops.convert_to_numpy(ops.cast(y, "float32")).tolist()
+    ('bfloat16', [-0.158203125, 0.345703125, 1.953125])
+    """
+    if keras.backend.standardize_dtype(x.dtype) != "bfloat16":
+        return keras.activations.gelu(x, approximate=False)
+    return ops.cast(keras.activations.gelu(ops.cast(x, "float32"), approximate=False), "bfloat16")
 
 
 def truncated_normal(stddev: float) -> keras.initializers.Initializer:

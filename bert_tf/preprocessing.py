@@ -76,7 +76,7 @@ def word_separators() -> str:
     return _char_class(separators)
 
 
-def _char_offsets(texts: tf.Tensor, byte_offsets: tf.RaggedTensor) -> tf.RaggedTensor:
+def char_offsets(texts: tf.Tensor, byte_offsets: tf.RaggedTensor) -> tf.RaggedTensor:
     """Byte offsets (at character boundaries) into `texts` as code point offsets."""
     _, char_starts = tf.strings.unicode_decode_with_offsets(texts, "UTF-8", errors="replace")
     # One sorted sequence for the whole batch: each row's positions shifted past the previous row's.
@@ -175,7 +175,7 @@ class BertPreprocessor(keras.layers.Layer):
         splittable = tf.strings.regex_replace(texts, "\\x00", "\x01")
         words, byte_starts, byte_ends = tf_text.regex_split_with_offsets(splittable, word_separators(), "")
         pieces = tf.cast(self.tokenizer(words.flat_values), tf.int32)
-        return words.with_flat_values(pieces), _char_offsets(texts, byte_starts), _char_offsets(texts, byte_ends)
+        return words.with_flat_values(pieces), char_offsets(texts, byte_starts), char_offsets(texts, byte_ends)
 
     def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
         """int32 ids `[batch, (words), (pieces)]`, Model Garden's `tokenize` layout."""

@@ -2,7 +2,8 @@
 
     bert-predict --model_dir out/mrpc --input_file pairs.tsv --output_file predictions.jsonl
 
-`--model_dir` is the `--output_dir` of run_classifier.py, run_ner.py or run_squad.py.
+`--model_dir` is the `--output_dir` of run_classifier.py, run_ner.py or run_squad.py, or
+a `bert-export` folder of one (predictions through its SavedModel, `fine_tune.exported`).
 The input is read by its extension; what a line holds depends on the model:
 
 | model | .txt (a line) | .tsv (tab-separated, no header, no quoting) | .jsonl (an object a line) |
@@ -58,7 +59,8 @@ class Row:
 FLAGS = flag_values(
     "input_file", "output_file",
     own={
-        "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py, run_ner.py or run_squad.py run."),
+        "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py, run_ner.py or run_squad.py run, or a "
+                          "bert-export folder."),
         "batch_size": Flag(int, 32, "Rows per forward pass."),
         "chunk_size": Flag(int, 1024, "Inputs read, predicted and written at a time."),
         "setting": Flag(list, [], "NAME=VALUE: a field of the run's task config to change, e.g. "

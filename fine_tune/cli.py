@@ -69,12 +69,10 @@ FINE_TUNING_FLAGS = {
                     "to its longest row; bucket: batches of rows of similar lengths (see fine_tune.batching)."),
     "pad_to_multiple_of": Flag(int, 8, "Dynamic padding rounds a batch's length up to a multiple of this."),
     "export_dir": Flag(str, None, "After the run, export the fine-tuned model here as a SavedModel that takes "
-                       "strings (as bert-export; classification and NER tasks)."),
+                       "strings (as bert-export)."),
 }
 SHARED_GROUPS = ("model", "do_lower_case", "hidden_act", "max_seq_length", "schedule", "optimisation", "runtime",
                  "precision", "output_dir")  # fmt: skip
-# The families `--export_dir` (fine_tune.export) can export.
-EXPORTED_FAMILIES = ("classifier", "ner")
 # RunConfig fields set by a flag of another name.
 RUN_FLAG_NAMES = {"seed": "random_seed"}
 
@@ -225,12 +223,8 @@ def _check_flags(task_config: TaskConfig, args: RunConfig) -> None:
     if args.max_seq_length < 3:
         raise BertTfError(f"--max_seq_length must leave room for [CLS] and [SEP], got {args.max_seq_length}.")
     dtype_policy(args.mixed_precision)  # validates the setting early
-    if args.export_dir:  # before hours of training, not after
-        if task_config.family not in EXPORTED_FAMILIES:
-            raise BertTfError(f"--export_dir exports classification and NER runs; a {task_config.family} run cannot "
-                              "be exported yet.")
-        if os.path.exists(args.export_dir):
-            raise BertTfError(f"--export_dir {args.export_dir} already exists; remove it or give a new folder.")
+    if args.export_dir and os.path.exists(args.export_dir):  # before hours of training, not after
+        raise BertTfError(f"--export_dir {args.export_dir} already exists; remove it or give a new folder.")
 
 
 # === Model, config and vocabulary ===

@@ -11,9 +11,12 @@ gRPC requests, or `tf.saved_model.load` in any Python with `tensorflow` and
 | classification | `text_a` (+ `text_b` for pair tasks) | `label` (string), `label_id` (int32), `probabilities` (float32 [batch, labels]) |
 | regression (STS-B) | the same | `score` (float32) |
 | NER | `text` | per word: `tags`, `word_start`, `word_end` (character offsets in `text`), `num_words`; per entity: `entity_type`, `entity_text`, `entity_start`, `entity_end`, `num_entities` (padded with "" / -1) |
+| SQuAD | `question`, `context` | `answer` (string, "" for none), `start`, `end` (int32 character offsets in `context`), `score` (float32 n-best probability); SQuAD 2.0 also `has_answer` (bool), `null_score_diff` (float32) |
 
 Tokenization (`bert_tf.preprocessing.BertPreprocessor`, the run's vocabulary, casing and
-`max_seq_length`, truncation as in training) is inside the graph. The vocabulary, the
+`max_seq_length`, truncation as in training) is inside the graph; so are a SQuAD run's
+windows, n-best rules and thresholds (`fine_tune.squad.serving`, with its settings as
+the run recorded them). The vocabulary, the
 label names (`labels.txt`, one a line, in label-id order) and `bert_export.json` (task,
 labels, inputs) are the SavedModel's assets. Load it with `import tensorflow_text`
 first: its ops must be registered ("Op type not registered 'RegexSplitWithOffsets'"
@@ -27,6 +30,7 @@ replaced only with `--overwrite`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -42,8 +46,8 @@ from bert_tf.errors import BertTfError
 from bert_tf.flags import Flag, flag_values, require, run_main
 from bert_tf.hub_export import save_atomically
 from bert_tf.preprocessing import BertPreprocessor
-from fine_tune.cli import EXPORTED_FAMILIES
 from fine_tune.run_dir import LoadedRun, load_run
+from fine_tune.squad.serving import SpanAnswerer
 
 SIGNATURE = "serving_default"
 EXPORT_INFO = "bert_export.json"
@@ -147,6 +151,21 @@ class TaggerExport(tf.Module):
         return outputs
 
 
+class AnswererExport(tf.Module):
+    """A question and its context to the answer and its character offsets (`SpanAnswerer`)."""
+
+    def __init__(self, run: LoadedRun, assets_dir: str):
+        super().__init__(name="bert_answerer")
+        config = run.task_config
+        preprocessor = BertPreprocessor(run.vocab_file, run.do_lower_case, run.max_seq_length, padding="longest")
+        self.answerer = SpanAnswerer(run.model, preprocessor, config.doc_stride, config.max_query_length,
+                                     run.task.head.config)
+        self.vocab_file = tf.saved_model.Asset(run.vocab_file)
+        _attach_info(self, run, ("question", "context"), assets_dir)
+        specs = [tf.TensorSpec([None], tf.string, name=name) for name in ("question", "context")]
+        self.serve = tf.function(self.answerer.__call__, input_signature=specs)
+
+
 def _entities(
     text: tf.Tensor, tags: tf.Tensor, is_first: tf.Tensor, word_rows: tf.Tensor, starts: tf.Tensor, ends: tf.Tensor,
     batch: tf.Tensor,
@@ -181,7 +200,8 @@ def _entities(
 def _attach_info(module: tf.Module, run: LoadedRun, inputs: tuple[str, ...], assets_dir: str) -> None:
     """`bert_export.json` and (for label tasks) `labels.txt` as assets, and the id -> label table."""
     info = {"task": run.task.name, "family": run.family, "labels": list(run.labels), "inputs": list(inputs),
-            "do_lower_case": run.do_lower_case, "max_seq_length": run.max_seq_length}
+            "do_lower_case": run.do_lower_case, "max_seq_length": run.max_seq_length,
+            "task_config": dataclasses.asdict(run.task_config)}
     module.info_file = tf.saved_model.Asset(_write(assets_dir, EXPORT_INFO, json.dumps(info, indent=2) + "\n"))
     if run.labels:
         module.labels_file = tf.saved_model.Asset(_write(assets_dir, LABELS_FILE, "".join(f"{l}\n" for l in run.labels)))
@@ -214,9 +234,11 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
     check_export_dir(export_dir, overwrite)
     if hub_dir is not None:
         check_export_dir(hub_dir, overwrite)
-    run = load_run(model_dir, families=EXPORTED_FAMILIES)
+    run = load_run(model_dir)
     with tempfile.TemporaryDirectory() as assets_dir:
-        if run.family == "ner":
+        if run.family == "squad":
+            module = AnswererExport(run, assets_dir)
+        elif run.family == "ner":
             module = TaggerExport(run, assets_dir)
         else:
             module = ClassifierExport(run, task_inputs(run), assets_dir)
@@ -231,7 +253,7 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
 # === Command line ===
 FLAGS = flag_values(
     own={
-        "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py or run_ner.py run."),
+        "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py, run_ner.py or run_squad.py run."),
         "export_dir": Flag(str, None, "Where the SavedModel goes (a new folder)."),
         "overwrite": Flag(bool, False, "Replace an existing --export_dir (and --hub_dir)."),
         "hub_dir": Flag(str, None, "Also export the fine-tuned encoder in TF Hub's BERT layout: HUB_DIR/preprocess "

@@ -141,7 +141,9 @@ def load_task_model(run_dir: str | os.PathLike, batch_size: int = 32, prefer_bes
     """The model of a finished run, ready to predict (see the module docstring).
 
     Args:
-        run_dir: the `--output_dir` of a run_classifier.py, run_ner.py or run_squad.py run.
+        run_dir: the `--output_dir` of a run_classifier.py, run_ner.py or run_squad.py run,
+            or a `bert-export` folder of one (`fine_tune.exported`: the same API, through
+            the SavedModel).
         batch_size: rows per forward pass.
         prefer_best: use the best dev checkpoint (`best/`) when the run kept one.
         **settings: task flags that the run does not record, e.g. for SQuAD 2.0
@@ -149,6 +151,13 @@ def load_task_model(run_dir: str | os.PathLike, batch_size: int = 32, prefer_bes
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise BertTfError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    from fine_tune import exported  # it builds on this module's classes
+
+    if exported.is_export(run_dir):
+        if settings:
+            raise BertTfError(f"{run_dir} is a bert-export SavedModel, whose settings were fixed when it was "
+                              f"exported; load its run dir to change {', '.join(sorted(settings))}.")
+        return exported.load_export(run_dir, batch_size)
     run = load_run(run_dir, prefer_best, **settings)
     if run.family == "squad":
         return QuestionAnswerer(run, batch_size)
@@ -267,7 +276,16 @@ class TaskModel:
         self._embedders: dict[tuple[str, tuple[int, ...]], FineTuningTrainer] = {}
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(task={self.run.task.name!r}, run_dir={self.run.run_dir!r})"
+        return f"{type(self).__name__}(task={self.task_name!r}, run_dir={self.model_dir!r})"
+
+    @property
+    def task_name(self) -> str:
+        return self.run.task.name
+
+    @property
+    def model_dir(self) -> str:
+        """The folder the model was loaded from."""
+        return self.run.run_dir
 
     # === Prediction ===
     def predict(self, inputs: Any) -> Any:
@@ -319,7 +337,7 @@ class TaskModel:
         raise self.wrong_kind("answer()", "run_squad.py")
 
     def wrong_kind(self, call: str, script: str) -> BertTfError:
-        return BertTfError(f"{self.run.run_dir} holds a {self.kind} ({self.run.task.name}, from {self.script}); "
+        return BertTfError(f"{self.model_dir} holds a {self.kind} ({self.task_name}, from {self.script}); "
                            f"{call} needs a model fine-tuned by {script}.")
 
     # === Features from the encoder ===
@@ -421,7 +439,7 @@ class Classifier(TaskModel):
         return any(layout.text_b is not None for split in layouts for layout in split)
 
     def example(self, row: Any, where: str, index: int) -> tuple[PairExample, None]:
-        return pair_example(row, where, self.takes_pairs, self.run.task.name), None
+        return pair_example(row, where, self.takes_pairs, self.task_name), None
 
     def result(self, example: PairExample, context: None, prediction: Prediction) -> Classification:
         label_id = int(np.argmax(prediction.probabilities))
@@ -493,7 +511,12 @@ class QuestionAnswerer(TaskModel):
         return SquadExample(str(index), question, Paragraph.from_context(context), None, source=where), None
 
     def result(self, example: SquadExample, context: None, prediction: SpanPrediction) -> Answer:
-        entry = next(entry for entry in prediction.nbest if entry.text == prediction.text)
-        if entry.start is None:  # the null answer (or the original's "empty": no valid span at all)
-            return Answer("", 0, 0, entry.probability, False, prediction.null_score_diff)
-        return Answer(prediction.text, entry.start, entry.end, entry.probability, True, prediction.null_score_diff)
+        return answer_of(prediction)
+
+
+def answer_of(prediction: SpanPrediction) -> Answer:
+    """The `Answer` of a question's prediction: its text, offsets and n-best probability."""
+    entry = next(entry for entry in prediction.nbest if entry.text == prediction.text)
+    if entry.start is None:  # the null answer (or the original's "empty": no valid span at all)
+        return Answer("", 0, 0, entry.probability, False, prediction.null_score_diff)
+    return Answer(prediction.text, entry.start, entry.end, entry.probability, True, prediction.null_score_diff)

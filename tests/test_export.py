@@ -3,9 +3,11 @@ in a fresh `python -I` that can import only tensorflow and tensorflow_text, agai
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import keras
 import numpy as np
 import pytest
 
+from bert_tf.errors import BertTfError
 from bert_tf.tokenization import FullTokenizer
 from fine_tune.cli import parse_args, run
 from fine_tune.export import main
@@ -23,7 +26,9 @@ from fine_tune.metrics import chunks
 from fine_tune.tagging import TaggedSentence, TaggingFeaturiser, TaggingHead, read_conll
 from fine_tune.run_dir import load_run
 from fine_tune.trainer import save_weights
+from fine_tune.predictor import load_task_model
 from tests.conftest import require_module, shared_file
+from tests.test_squad_run import dev_slice, squad
 
 UNCASED = "vocab/google_uncased_en_vocab.txt"
 # Loads the export with nothing of this repository importable, and prints its answers as JSON.
@@ -149,11 +154,10 @@ def test_bad_model_dirs_are_one_sentence(mrpc, tmp_path, capsys):
     other = tmp_path / "other"
     shutil.copytree(run_dir, other)
     record = json.loads((other / "fine_tune.json").read_text())
-    squad = {**record, "family": "squad", "task": "squad", "labels": [],
-             "task_config": {"task": "squad", "data_dir": None},
-             "training": {**record["training"], "max_seq_length": 384}}
-    (other / "fine_tune.json").write_text(json.dumps(squad))
-    assert "holds a squad model (task squad); this needs a model of classifier or ner." in error(other)
+    ner = {**record, "family": "ner", "task": "conll2003", "task_config": {"task": "conll2003", "data_dir": None},
+           "labels": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]}
+    (other / "fine_tune.json").write_text(json.dumps(ner))
+    assert "does not fit the model" in error(other)  # a classifier's weights under a tagger's record
     (other / "fine_tune.json").write_text("{not json")
     assert "fine_tune.json is damaged (JSONDecodeError" in error(other)
     (other / "fine_tune.json").write_text(json.dumps({**record, "labels": ["0", "1", "2"]}))
@@ -170,10 +174,10 @@ def test_run_scripts_refuse_an_export_dir_they_cannot_write_before_training(tmp_
                                   *common]) == 1
     assert capsys.readouterr().err == (f"error: --export_dir {tmp_path / 'taken'} already exists; remove it or give "
                                        "a new folder.\n")
-    assert command("squad", [f"--train_file={tmp_path / 'train.json'}", f"--export_dir={tmp_path / 'new'}",
+    assert command("squad", [f"--train_file={tmp_path / 'train.json'}", f"--export_dir={tmp_path / 'taken'}",
                              *common]) == 1
-    assert capsys.readouterr().err == ("error: --export_dir exports classification and NER runs; a squad run "
-                                       "cannot be exported yet.\n")
+    assert capsys.readouterr().err == (f"error: --export_dir {tmp_path / 'taken'} already exists; remove it or give "
+                                       "a new folder.\n")
     assert not (tmp_path / "run").exists()
 
 
@@ -190,6 +194,54 @@ def test_the_fine_tuned_encoder_in_tf_hub_layout(mrpc):
     outputs = hub.KerasLayer(str(hub_dir / "encoder"))(inputs)
     expected = task_encoder(load_run(str(mrpc[0])).model)(inputs, training=False)
     np.testing.assert_allclose(outputs["pooled_output"].numpy(), np.asarray(expected["pooled_output"]), atol=1e-5)
+
+
+def test_load_task_model_predicts_through_an_export_as_through_the_run_dir(mrpc):
+    run_dir, export_dir = mrpc
+    from_run, from_export = load_task_model(run_dir), load_task_model(export_dir)
+    assert (from_export.kind, from_export.labels, from_export.takes_pairs) == ("classifier", from_run.labels, True)
+    pairs = [(row[3], row[4]) for row in (line.split("\t") for line in glue_rows("MRPC", 24)[1:])] + [("", "")]
+    expected, got = from_run.predict(pairs), from_export.predict(pairs)
+    assert [c.label for c in got] == [c.label for c in expected]
+    assert [c.label_id for c in got] == [c.label_id for c in expected]
+    np.testing.assert_allclose([c.probabilities for c in got], [c.probabilities for c in expected], atol=1e-5)
+    assert from_export.predict(pairs[0]) == got[0]
+    for call, message in (
+        (lambda: from_export.predict("one text"), "input 0 is one text, but mrpc classifies pairs"),
+        (lambda: from_export.embed("a text"), "holds the task's outputs, not the encoder's features"),
+        (lambda: from_export.answer("Who?", "Me."), f"{export_dir} holds a classifier (mrpc, from run_classifier.py); "
+                                                     "answer() needs a model fine-tuned by run_squad.py."),
+        (lambda: load_task_model(export_dir, null_score_diff_threshold=1.0), "whose settings were fixed when it was "
+                                                                            "exported; load its run dir to change"),
+    ):
+        with pytest.raises(BertTfError, match=re.escape(message)):
+            call()
+
+
+def test_a_corrupt_export_is_one_sentence(mrpc, tmp_path, capsys):
+    from fine_tune.batch_predict import main as predict_main
+
+    expected = ("is not a complete bert-export SavedModel", "export the run again with bert-export --overwrite.")
+    for damage in ("truncated saved_model.pb", "no variables", "no bert_export.json"):
+        broken = tmp_path / damage.replace(" ", "_")
+        shutil.copytree(mrpc[1], broken)
+        if damage == "truncated saved_model.pb":
+            graph = broken / "saved_model.pb"
+            graph.write_bytes(graph.read_bytes()[:1000])
+        elif damage == "no variables":
+            shutil.rmtree(broken / "variables")
+        else:
+            (broken / "assets" / "bert_export.json").unlink()
+        with pytest.raises(BertTfError) as error:
+            load_task_model(broken)
+        message = str(error.value)
+        assert message.startswith(f"{broken} {expected[0]} (") and message.endswith(expected[1]), message
+        assert "\n" not in message
+        (tmp_path / "in.tsv").write_text("a\tb\n", encoding="utf-8")
+        assert predict_main([f"--model_dir={broken}", f"--input_file={tmp_path / 'in.tsv'}",
+                             f"--output_file={tmp_path / 'out.jsonl'}"]) == 1
+        assert capsys.readouterr().err.startswith(f"error: {broken} {expected[0]}")
+        assert not (tmp_path / "out.jsonl").exists()
 
 
 def test_a_regression_task_exports_its_score(tmp_path):
@@ -260,3 +312,72 @@ def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path):
                                       answers["entity_text"][row][:m]):
             assert text[start:end] == entity
     assert sum(answers["num_entities"]) > 3 * len(texts)
+    # load_task_model on the export: the run dir's taggings, raw text (cut at punctuation too) and pre-split words.
+    raw = texts + ["EU rejects German-made cars, (Brussels) said."]
+    from_export = load_task_model(tmp_path / "export")
+    assert from_export.predict(raw) == load_task_model(tmp_path / "run").predict(raw)
+    words = tuple(sentences[0].words)
+    assert from_export.predict(words) == load_task_model(tmp_path / "run").predict(words)
+    with pytest.raises(BertTfError, match=r"^input 0 word 1 is 'a b'; an exported tagger takes words without "):
+        from_export.predict([("x", "a b")])
+
+
+# === SQuAD ===
+@pytest.fixture(scope="module")
+def squad_exports(tmp_path_factory) -> dict[str, tuple[pathlib.Path, pathlib.Path, pathlib.Path]]:
+    """(data, run dir, export dir) of SQuAD v1.1 and v2.0 runs fine-tuned briefly on slices of the dev sets
+    (max_seq_length 128, doc_stride 48: the contexts take several windows), exported by run_squad.py itself."""
+    root = tmp_path_factory.mktemp("squad")
+    runs = {}
+    for name, relative, paragraphs, flags in (
+        ("v1", "squad/dev-v1.1.json", 2, ()),
+        ("v2", "squad/dev-v2.0.json", 5, ("--version_2_with_negative", "--null_score_diff_threshold=0.8")),
+    ):
+        data = dev_slice(relative, root / f"{name}.json", paragraphs)
+        squad(root / name, "--do_train", f"--train_file={data}", f"--export_dir={root / f'{name}_export'}", *flags)
+        keras.backend.clear_session()
+        runs[name] = (data, root / name, root / f"{name}_export")
+    return runs
+
+
+def squad_pairs(data: pathlib.Path) -> list[tuple[str, str]]:
+    document = json.loads(data.read_text(encoding="utf-8"))
+    pairs = [(qa["question"], paragraph["context"]) for article in document["data"]
+             for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    return pairs + [("Who?", ""), ("", "A context."), ("What?", "Café 1995-95 a\u00a0b \u5317\u4eac\u5e02 \u2603 x\x00y")]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_squad_answers_equal_the_python_predictor_in_a_fresh_python(squad_exports, version, tmp_path):
+    data, run_dir, export_dir = squad_exports[version]
+    pairs = squad_pairs(data)
+    assert len(pairs) >= 30
+    answers = run_fresh(export_dir, {"question": [q for q, _ in pairs], "context": [c for _, c in pairs]}, tmp_path)
+    expected = load_task_model(run_dir).answer([q for q, _ in pairs], [c for _, c in pairs])
+    assert answers["answer"] == [a.text for a in expected]
+    assert list(zip(answers["start"], answers["end"])) == [(a.start, a.end) for a in expected]
+    np.testing.assert_allclose(answers["score"], [a.score for a in expected], atol=1e-5)
+    assert len(set(answers["answer"])) > 5  # a threshold in the middle of this tiny model's null score differences
+    if version == "v2":
+        assert answers["has_answer"] == [a.has_answer for a in expected]
+        np.testing.assert_allclose(answers["null_score_diff"], [a.null_score_diff for a in expected], atol=1e-4)
+    else:
+        assert sorted(answers) == ["answer", "end", "score", "start"]
+    through_export = load_task_model(export_dir).answer([q for q, _ in pairs], [c for _, c in pairs])
+    assert [dataclasses.replace(a, score=0.0, null_score_diff=None) for a in through_export] == [
+        dataclasses.replace(a, score=0.0, null_score_diff=None) for a in expected]
+    np.testing.assert_allclose([a.score for a in through_export], [a.score for a in expected], atol=1e-5)
+    info = json.loads((export_dir / "assets" / "bert_export.json").read_text())
+    assert (info["family"], info["inputs"], info["task_config"]["doc_stride"]) == ("squad", ["question", "context"], 48)
+
+
+def test_saved_model_cli_lists_the_squad_signature(squad_exports):
+    cli = shutil.which("saved_model_cli", path=os.path.dirname(sys.executable))
+    shown = subprocess.run([cli, "show", "--dir", str(squad_exports["v2"][2]), "--all"], capture_output=True,
+                           text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}).stdout
+    signature = shown[shown.index("signature_def['serving_default']"):]
+    for name in ("question", "context"):
+        assert f"inputs['{name}'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in signature
+    for name, dtype in (("answer", "DT_STRING"), ("start", "DT_INT32"), ("end", "DT_INT32"), ("score", "DT_FLOAT"),
+                        ("has_answer", "DT_BOOL"), ("null_score_diff", "DT_FLOAT")):
+        assert f"outputs['{name}'] tensor_info:\n        dtype: {dtype}" in signature

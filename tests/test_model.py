@@ -7,6 +7,7 @@ import json
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 from bert_tf import BertConfig, BertEncoder, BertPretrainer
 from tests import numpy_bert
@@ -199,6 +200,25 @@ def test_mixed_precision_keeps_layer_norm_and_softmax_in_float32(policy, toleran
     gap = np.abs(np.asarray(mixed.encoder(batch)["sequence_output"]) - np.asarray(full.encoder(batch)["sequence_output"]))
     assert gap.max() < tolerance
     assert np.isfinite(np.asarray(out["masked_lm_logits"])).all()
+
+
+def test_exact_gelu_under_bfloat16_is_the_float32_gelu_rounded_once():
+    """A bf16 model's erf GELU runs in float32 (`layers.exact_gelu`): the output is the float64 GELU of the
+    bf16 input, rounded to bf16 (within half a bf16 step), which the GELU computed in bf16 is not."""
+    from scipy.special import erf
+
+    from bert_tf.layers import activation
+
+    x = ops.convert_to_tensor(np.linspace(-6, 6, 4001, dtype=np.float32), dtype="bfloat16")
+    inputs = ops.convert_to_numpy(ops.cast(x, "float32")).astype(np.float64)
+    truth = inputs * 0.5 * (1 + erf(inputs / np.sqrt(2)))
+    y = activation("gelu_exact")(x)
+    assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
+    ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(truth), 1e-30))) - 7)
+    ours = np.abs(ops.convert_to_numpy(ops.cast(y, "float32")) - truth)
+    assert np.all(ours <= ulp / 2 + 1e-12)
+    in_bf16 = np.abs(ops.convert_to_numpy(ops.cast(keras.activations.gelu(x, approximate=False), "float32")) - truth)
+    assert np.sum(in_bf16 > ulp / 2 + 1e-12) > 100
 
 
 def test_config_round_trip_and_keras_file(tmp_path):
