@@ -42,6 +42,35 @@ def torch_schedule(optimizer, warmup: int, total: int, decay: str):
     )
 
 
+def torch_decay_groups(model, weight_decay: float = 0.01) -> list[dict]:
+    """BERT's weight decay for a torch optimizer: on every weight but biases and LayerNorms."""
+    decayed = lambda name: not any(key in name for key in ("bias", "LayerNorm"))  # noqa: E731
+    named = list(model.named_parameters())
+    return [
+        {"params": [p for n, p in named if decayed(n)], "weight_decay": weight_decay},
+        {"params": [p for n, p in named if not decayed(n)], "weight_decay": 0.0},
+    ]
+
+
+def torch_adamw(model, learning_rate: float):
+    """torch's AdamW as BERT's (epsilon 1e-6, decay off biases and LayerNorms): the update of
+    ours with `--adam_bias_correction`."""
+    import torch
+
+    return torch.optim.AdamW(torch_decay_groups(model), lr=learning_rate, eps=1e-6)
+
+
+def torch_update(model, optimizer, schedule, loss) -> None:
+    """One step of the PyTorch side: backward, global-norm clipping at 1.0 (as BERT), update."""
+    import torch
+
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    schedule.step()
+    optimizer.zero_grad()
+
+
 def data_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("BERT_TF_DATA", REPO_ROOT.parent / "shared" / "data"))
 

@@ -48,7 +48,16 @@ sys.path.insert(0, os.path.dirname(_HERE))
 
 import numpy as np
 
-from bench.common import LR_DECAY_HELP, data_dir, print_table, torch_schedule, write_json
+from bench.common import (
+    LR_DECAY_HELP,
+    data_dir,
+    print_table,
+    torch_adamw,
+    torch_decay_groups,
+    torch_schedule,
+    torch_update,
+    write_json,
+)
 from bert_tf.optimization import LR_DECAYS
 from fine_tune import registry
 from fine_tune.cli import parse_args, run
@@ -155,27 +164,17 @@ def bert_adamw(groups: list[dict], lr: float):
 
 def hf_train(model, batches_fn, setting: Setting, steps_per_epoch: int) -> float:
     """The common PyTorch loop: AdamW, linear warm-up/decay, clipping; returns seconds."""
-    import torch
-
-    decay = [p for n, p in model.named_parameters() if not any(k in n for k in ("bias", "LayerNorm"))]
-    no_decay = [p for n, p in model.named_parameters() if any(k in n for k in ("bias", "LayerNorm"))]
-    groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
     if setting.optimizer == "bert":
-        optimizer = bert_adamw(groups, setting.learning_rate)
+        optimizer = bert_adamw(torch_decay_groups(model), setting.learning_rate)
     else:
-        optimizer = torch.optim.AdamW(groups, lr=setting.learning_rate, eps=1e-6)
+        optimizer = torch_adamw(model, setting.learning_rate)
     total = max(1, int(steps_per_epoch * setting.epochs))
     schedule = torch_schedule(optimizer, int(0.1 * total), total, setting.lr_decay)
     model.train()
     start, step, epoch = time.perf_counter(), 0, 0
     while step < total:
         for batch in batches_fn(epoch):
-            loss = model(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
+            torch_update(model, optimizer, schedule, model(**batch).loss)
             step += 1
             if step == total:
                 break

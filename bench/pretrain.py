@@ -139,11 +139,11 @@ def hf(config: BertConfig, batch, steps: int, bf16: bool, masked_only: bool):
     import torch
     import transformers
 
-    from bench.common import torch_schedule
+    from bench.common import torch_adamw, torch_schedule, torch_update
 
     model = transformers.BertForPreTraining(transformers.BertConfig(**config.to_dict()))
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, eps=1e-6, weight_decay=0.01)
+    optimizer = torch_adamw(model, LEARNING_RATE)
     schedule = torch_schedule(optimizer, WARMUP_STEPS, TRAIN_STEPS, "from_peak")
     tensors = {name: torch.from_numpy(value).long() for name, value in batch.items() if name != "masked_lm_weights"}
     labels = torch.full(tensors["input_word_ids"].shape, -100).scatter_(
@@ -169,11 +169,7 @@ def hf(config: BertConfig, batch, steps: int, bf16: bool, masked_only: bool):
             context = torch.autocast("cpu", torch.bfloat16) if bf16 else contextlib.nullcontext()
             with context:
                 value = loss()
-            value.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
+            torch_update(model, optimizer, schedule, value)
 
     return call
 

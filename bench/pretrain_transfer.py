@@ -353,19 +353,14 @@ def pretrain_hf(work: Work, model_spec: Model, phase: int, args) -> dict:
     from the peak; a resumable state every tenth of the run."""
     import torch
 
-    from bench.common import torch_schedule
+    from bench.common import torch_adamw, torch_schedule, torch_update
 
     seq, steps, data, batch_size = phase_settings(model_spec, phase, args)
     torch.manual_seed(args.seed + phase)
     model = hf_model(work)
     if phase == 2:
         model.load_state_dict(torch.load(work.path("hf", "phase1", "model.pt")))
-    decay = [p for n, p in model.named_parameters() if not any(k in n for k in ("bias", "LayerNorm"))]
-    no_decay = [p for n, p in model.named_parameters() if any(k in n for k in ("bias", "LayerNorm"))]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.learning_rate, eps=1e-6,
-    )  # fmt: skip
+    optimizer = torch_adamw(model, args.learning_rate)
     schedule = torch_schedule(optimizer, steps // 10, steps, "from_peak")
     state_file, step, seconds = work.path("hf", f"phase{phase}", "state.pt"), 0, 0.0
     if state_file.exists():
@@ -381,11 +376,7 @@ def pretrain_hf(work: Work, model_spec: Model, phase: int, args) -> dict:
     start = time.perf_counter() - seconds
     while step < steps:
         loss, _ = hf_losses(model, next(batches))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad()
+        torch_update(model, optimizer, schedule, loss)
         step += 1
         if step % 100 == 0:
             print(f"HF phase {phase} step {step}/{steps} loss {loss.item():.4f}", flush=True)

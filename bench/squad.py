@@ -36,7 +36,6 @@ import collections
 import json
 import os
 import pathlib
-import re
 import sys
 import tempfile
 import time
@@ -47,7 +46,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # several-fold (see bench/finetune.py). Passive waiting gives torch its fair speed.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.common import LR_DECAY_HELP, REPO_ROOT, data_dir, print_table, torch_schedule, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    LR_DECAY_HELP,
+    REPO_ROOT,
+    data_dir,
+    print_table,
+    torch_adamw,
+    torch_schedule,
+    torch_update,
+    write_json,
+)
 from bert_tf.optimization import LR_DECAYS  # noqa: E402
 from fine_tune.squad.evaluate import evaluate_v1, evaluate_v2  # noqa: E402
 from fine_tune.squad.oracle import oracle_check  # noqa: E402
@@ -201,10 +209,7 @@ def run_hf(paths: dict, version_2: bool, args: argparse.Namespace) -> dict:
     model = transformers.BertForQuestionAnswering.from_pretrained(str(minilm_dir()))
     train = hf_features(tokenizer, hf_questions(paths["train"]), args.max_seq_length, args.doc_stride, True)
     steps = max(1, int(len(train) / args.batch_size * args.epochs))
-    decay = [p for n, p in model.named_parameters() if not re.search(r"bias|LayerNorm", n)]
-    no_decay = [p for n, p in model.named_parameters() if re.search(r"bias|LayerNorm", n)]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=args.learning_rate, eps=1e-6)
+    optimizer = torch_adamw(model, args.learning_rate)
     schedule = torch_schedule(optimizer, int(0.1 * steps), steps, args.lr_decay)
     generator = torch.Generator().manual_seed(args.seed)
     model.train()
@@ -216,11 +221,7 @@ def run_hf(paths: dict, version_2: bool, args: argparse.Namespace) -> dict:
                 break
             out = model(**inputs, start_positions=torch.tensor([r["start"] for r in batch]),
                         end_positions=torch.tensor([r["end"] for r in batch]))
-            out.loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
+            torch_update(model, optimizer, schedule, out.loss)
             done += 1
     train_s = time.perf_counter() - train_start
     predictions, null_odds = hf_predict(model, tokenizer, paths["eval"], version_2, args, torch)
