@@ -23,10 +23,11 @@ from fine_tune.predictor import Answer, answer_of
 from fine_tune.squad.features import SpanFeaturiser
 from fine_tune.squad.postprocess import PostprocessConfig, predict_examples
 from fine_tune.squad.reader import Paragraph, SquadExample
-from fine_tune.squad.serving import SpanAnswerer, piece_lengths
+from fine_tune.squad.serving import SpanAnswerer, _words, piece_lengths
 from tests.conftest import shared_file
 
 UNCASED = "vocab/google_uncased_en_vocab.txt"
+CHINESE = "vocab/google_zh_vocab.txt"
 SEQ, STRIDE, QUERY = 48, 12, 16
 # Contexts where get_final_text falls back to whole words ([UNK], a length-changing cleaning) or
 # maps through accents, CJK words, NUL and whitespace runs.
@@ -105,6 +106,33 @@ def test_the_graph_answers_as_the_python_path(version_2):
     # A batch without any window (the model sees no row), and an empty batch.
     assert_same(tricky[-2:], graph_answers(TRICKY[-2:], config), version_2)
     assert graph_answers([], config)["answer"] == []
+
+
+def drcd_questions(count: int) -> list[tuple[str, str]]:
+    document = json.loads(shared_file("zh/drcd/DRCD_dev.json").read_text(encoding="utf-8"))
+    pairs = [(qa["question"], paragraph["context"]) for article in document["data"][:3]
+             for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    return pairs[::5][:count]
+
+
+def test_the_words_are_the_readers():
+    """In a context with CJK, each ideograph and punctuation character is a word, as
+    `Paragraph.from_context` cuts it; elsewhere the original's whitespace words."""
+    contexts = [c for _, c in TRICKY + squad_questions(5) + drcd_questions(10)]
+    words = _words(tf.constant(contexts))[0].to_list()
+    for context, row in zip(contexts, words):
+        # The graph splits a copy with NUL as U+0001 (regex_split stops at NUL).
+        assert [w.decode("utf-8") for w in row] == [w.replace("\x00", "\x01") for w in Paragraph.from_context(context).words]
+    assert [w.decode() for w in words[0]] == ["Café", "naïve", "1995", "-", "95", "(", "1895", "-", "1943", ")", ".",
+                                              "\u5317", "\u4eac", "\u5e02", "ok"]
+
+
+def test_chinese_answers_as_the_python_path():
+    pairs = drcd_questions(30)
+    config = PostprocessConfig(n_best_size=20, max_answer_length=30)
+    expected = python_answers(pairs, config, vocab=CHINESE)
+    assert_same(expected, graph_answers(pairs, config, vocab=CHINESE), False)
+    assert len({a.text for a in expected}) > 5  # the questions share contexts: 9 different answers
 
 
 def test_small_n_best_and_short_answers():

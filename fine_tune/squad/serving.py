@@ -44,9 +44,13 @@ from bert_tf.preprocessing import BertPreprocessor, char_offsets
 from fine_tune.squad.features import check_lengths
 from fine_tune.squad.postprocess import PostprocessConfig
 
-# `Paragraph.from_context`'s word boundaries (reader.SQUAD_WHITESPACE), and its CJK words.
+# `Paragraph.from_context`'s word boundaries (reader.SQUAD_WHITESPACE), and its CJK words;
+# in a context with CJK, also each punctuation character (`tokenization.is_punctuation`:
+# the ASCII symbols and Unicode's P*), as BasicTokenizer cuts it.
 CJK_CLASS = "[" + "".join(f"\\x{{{low:x}}}-\\x{{{high:x}}}" for low, high in tokenization.CJK_RANGES) + "]"
+PUNCTUATION = "[!-/:-@\\[-`{-~]|\\p{P}"
 WORD_DELIMITERS = "[ \\t\\r\\n\\x{202f}]|" + CJK_CLASS
+CJK_WORD_DELIMITERS = WORD_DELIMITERS + "|" + PUNCTUATION
 WHITESPACE_RUN = "[ \\t\\r\\n\\x{202f}]+"
 # `predict_example`'s null score when an example has no window (a context without WordPieces).
 NO_WINDOW_NULL_SCORE = 1e6
@@ -68,6 +72,24 @@ def piece_lengths(vocab_file: str) -> list[int]:
         lengths[index] = len(token[2:] if token.startswith("##") else token)
     lengths[vocab["[UNK]"]] = _UNKNOWN_LENGTH
     return lengths
+
+
+def _words(context: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
+    """Each context's words with their byte offsets, as `reader.Paragraph.from_context` cuts
+    them: the punctuation cuts only in the contexts that hold a CJK character."""
+    splittable = tf.strings.regex_replace(context, "\\x00", "\x01")  # regex_split stops at NUL
+    with_cjk = tf.strings.regex_full_match(splittable, "(?s).*(" + CJK_CLASS + ").*")
+    plain = tf_text.regex_split_with_offsets(splittable, WORD_DELIMITERS, CJK_CLASS)
+    cut = tf_text.regex_split_with_offsets(splittable, CJK_WORD_DELIMITERS, CJK_CLASS + "|" + PUNCTUATION)
+
+    def rows_where(parts: tuple, keep: tf.Tensor) -> list[tf.RaggedTensor]:  # the other rows emptied
+        mask = tf.gather(keep, parts[0].value_rowids())
+        return [tf.ragged.boolean_mask(part, part.with_flat_values(mask)) for part in parts]
+
+    # Row i: the cut words where context i has CJK, else the plain ones (one side is empty).
+    return tuple(
+        tf.concat([a, b], axis=1) for a, b in zip(rows_where(cut, with_cjk), rows_where(plain, ~with_cjk))
+    )
 
 
 def _segment_first(mask: tf.Tensor, segments: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
@@ -129,8 +151,7 @@ class SpanAnswerer(tf.Module):
     # === 1. Words and WordPieces of the contexts ===
     def _context_tokens(self, context: tf.Tensor) -> dict[str, tf.Tensor]:
         """Every WordPiece of the batch's contexts (flat), with its word and character offsets."""
-        splittable = tf.strings.regex_replace(context, "\\x00", "\x01")  # regex_split stops at NUL
-        words, byte_starts, byte_ends = tf_text.regex_split_with_offsets(splittable, WORD_DELIMITERS, CJK_CLASS)
+        words, byte_starts, byte_ends = _words(context)
         word_starts = char_offsets(context, byte_starts).flat_values
         word_ends = char_offsets(context, byte_ends).flat_values
         pieces = self.preprocessor.tokenizer(words.flat_values)
