@@ -558,7 +558,7 @@ def main() -> None:
              for name, record in stages.items()]  # fmt: skip
     print_table(speed, ["stage", "minutes", "examples_per_second"])
     print("goals:", json.dumps(met, indent=2))
-    name = "pretrain_transfer" if language is ENGLISH else f"pretrain_transfer_{language.name}"
+    name = "pretrain_transfer" if language.name == "en" else f"pretrain_transfer_{language.name}"
     path = write_json(name, {"args": {k: v for k, v in vars(args).items() if k != "work_dir"}, "stages": stages,
                              "held_out": held_out, "scores": scores, "means": means, "goals": met})  # fmt: skip
     print("wrote", path)
