@@ -407,5 +407,5 @@ def test_entry_point_prints_one_line_and_exits_1(tmp_path, project):
         "run_classifier.py", "--task_name=nope", f"--data_dir={tmp_path}", f"--output_dir={tmp_path}", "--do_train"
     )
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1].startswith("error: Unknown --task 'nope'; valid tasks: ax, cola")
+    assert result.stderr.strip().splitlines()[-1].startswith("error: Unknown --task 'nope'; valid tasks: ax, chnsenticorp, cola")
     assert "Traceback" not in result.stderr
