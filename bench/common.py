@@ -71,6 +71,17 @@ def torch_update(model, optimizer, schedule, loss) -> None:
     optimizer.zero_grad()
 
 
+def hf_masked_lm_logits(model, inputs: dict, positions):
+    """A `transformers.BertForPreTraining`'s masked-LM logits at `positions` only (as the
+    original and ours score them: its own forward scores every position) and its NSP logits."""
+    import torch
+
+    outputs = model.bert(**inputs)
+    sequence = outputs.last_hidden_state
+    gathered = torch.gather(sequence, 1, positions.unsqueeze(-1).expand(-1, -1, sequence.shape[-1]))
+    return model.cls(gathered, outputs.pooler_output)
+
+
 def data_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("BERT_TF_DATA", REPO_ROOT.parent / "shared" / "data"))
 

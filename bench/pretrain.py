@@ -139,7 +139,7 @@ def hf(config: BertConfig, batch, steps: int, bf16: bool, masked_only: bool):
     import torch
     import transformers
 
-    from bench.common import torch_adamw, torch_schedule, torch_update
+    from bench.common import hf_masked_lm_logits, torch_adamw, torch_schedule, torch_update
 
     model = transformers.BertForPreTraining(transformers.BertConfig(**config.to_dict()))
     model.train()
@@ -156,10 +156,7 @@ def hf(config: BertConfig, batch, steps: int, bf16: bool, masked_only: bool):
     def loss():
         if not masked_only:
             return model(**inputs, labels=labels, next_sentence_label=nsp).loss
-        outputs = model.bert(**inputs)
-        sequence = outputs.last_hidden_state
-        positions = tensors["masked_lm_positions"].unsqueeze(-1).expand(-1, -1, sequence.shape[-1])
-        mlm, next_sentence = model.cls(torch.gather(sequence, 1, positions), outputs.pooler_output)
+        mlm, next_sentence = hf_masked_lm_logits(model, inputs, tensors["masked_lm_positions"])
         return torch.nn.functional.cross_entropy(
             mlm.flatten(0, 1).float(), tensors["masked_lm_ids"].flatten()
         ) + torch.nn.functional.cross_entropy(next_sentence.float(), nsp)

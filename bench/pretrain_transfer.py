@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import pathlib
@@ -202,7 +203,7 @@ def split_documents(corpus: pathlib.Path, train: pathlib.Path, held_out: pathlib
     ) as held:
         document: list[str] = []
         index = 0
-        for line in [*source, "\n"]:
+        for line in itertools.chain(source, ["\n"]):  # the blank line ends the last document
             if line.strip():
                 document.append(line)
                 continue
@@ -320,31 +321,36 @@ def hf_batches(path: pathlib.Path, batch_size: int, seq: int, training: bool, se
                for name, value in batch.items()}  # fmt: skip
 
 
-def hf_losses(model, batch):
-    """MLM (masked positions only) + NSP losses and their correct counts, as ours."""
+def hf_logits(model, batch):
+    """Masked-LM (masked positions only) and NSP logits of a batch of our records."""
+    from bench.common import hf_masked_lm_logits
+
+    inputs = {"input_ids": batch["input_word_ids"], "attention_mask": batch["input_mask"],
+              "token_type_ids": batch["input_type_ids"]}  # fmt: skip
+    return hf_masked_lm_logits(model, inputs, batch["masked_lm_positions"])
+
+
+def hf_loss(batch, mlm_logits, nsp_logits):
+    """MLM + NSP loss, as ours: the masked tokens' mean weighted by masked_lm_weights."""
     import torch
 
-    outputs = model.bert(
-        input_ids=batch["input_word_ids"], attention_mask=batch["input_mask"], token_type_ids=batch["input_type_ids"]
-    )
-    sequence, pooled = outputs.last_hidden_state, outputs.pooler_output
-    positions = batch["masked_lm_positions"]
-    gathered = torch.gather(sequence, 1, positions.unsqueeze(-1).expand(-1, -1, sequence.shape[-1]))
-    mlm_logits, nsp_logits = model.cls(gathered, pooled)
     weights = batch["masked_lm_weights"]
     token_loss = torch.nn.functional.cross_entropy(
         mlm_logits.flatten(0, 1), batch["masked_lm_ids"].flatten(), reduction="none"
     ).view_as(weights)
     mlm_loss = (token_loss * weights).sum() / weights.sum().clamp(min=1e-5)
-    labels = batch["next_sentence_labels"].flatten()
-    nsp_loss = torch.nn.functional.cross_entropy(nsp_logits, labels)
-    correct = {
+    return mlm_loss + torch.nn.functional.cross_entropy(nsp_logits, batch["next_sentence_labels"].flatten())
+
+
+def hf_correct(batch, mlm_logits, nsp_logits) -> dict[str, float]:
+    """How many masked tokens and next-sentence labels the logits get right, of how many."""
+    weights, labels = batch["masked_lm_weights"], batch["next_sentence_labels"].flatten()
+    return {
         "mlm_correct": float(((mlm_logits.argmax(-1) == batch["masked_lm_ids"]).float() * weights).sum()),
         "mlm_total": float(weights.sum()),
         "nsp_correct": float((nsp_logits.argmax(-1) == labels).sum()),
         "nsp_total": float(labels.numel()),
     }
-    return mlm_loss + nsp_loss, correct
 
 
 def pretrain_hf(work: Work, model_spec: Model, phase: int, args) -> dict:
@@ -375,7 +381,8 @@ def pretrain_hf(work: Work, model_spec: Model, phase: int, args) -> dict:
     batches = hf_batches(work.path(f"{data}.tfrecord"), batch_size, seq, True, args.seed + step)
     start = time.perf_counter() - seconds
     while step < steps:
-        loss, _ = hf_losses(model, next(batches))
+        batch = next(batches)
+        loss = hf_loss(batch, *hf_logits(model, batch))
         torch_update(model, optimizer, schedule, loss)
         step += 1
         if step % 100 == 0:
@@ -404,7 +411,7 @@ def evaluate_hf(work: Work, model_spec: Model, args) -> dict:
     totals = {"mlm_correct": 0.0, "mlm_total": 0.0, "nsp_correct": 0.0, "nsp_total": 0.0}
     with torch.no_grad():
         for batch in hf_batches(work.path("held_out128.tfrecord"), args.batch_size, 128, False, 0):
-            for key, value in hf_losses(model, batch)[1].items():
+            for key, value in hf_correct(batch, *hf_logits(model, batch)).items():
                 totals[key] += value
     return {"masked_lm_accuracy": totals["mlm_correct"] / totals["mlm_total"],
             "next_sentence_accuracy": totals["nsp_correct"] / totals["nsp_total"]}  # fmt: skip
@@ -426,10 +433,10 @@ def fine_tune_once(work: Work, task: Task, init: str, seed: int, args) -> dict:
 
     output = work.path("finetune", f"{init}-{task.name}-{seed}")
     shutil.rmtree(output, ignore_errors=True)  # what a killed run left
-    starts = {"random": []} if init == "random" else {init: [f"--init_checkpoint={init_checkpoint(work, init)}"]}
+    start = [] if init == "random" else [f"--init_checkpoint={init_checkpoint(work, init)}"]
     flags = [
         f"--task={task.name}", f"--data_dir={data_dir() / task.folder}", f"--output_dir={output}",
-        *starts[init], f"--bert_config_file={work.path('finetune_config.json')}",
+        *start, f"--bert_config_file={work.path('finetune_config.json')}",
         f"--vocab_file={work.path('vocab.txt')}", "--do_lower_case", "--do_train", "--do_eval",
         "--noevaluate_during_training", "--num_train_epochs=3", f"--train_batch_size={args.finetune_batch_size}",
         f"--learning_rate={args.finetune_learning_rate}", "--max_seq_length=128", f"--seed={seed}",
