@@ -23,7 +23,7 @@ from fine_tune.predictor import Answer, answer_of
 from fine_tune.squad.features import SpanFeaturiser
 from fine_tune.squad.postprocess import PostprocessConfig, predict_examples
 from fine_tune.squad.reader import Paragraph, SquadExample
-from fine_tune.squad.serving import SpanAnswerer, _words, piece_lengths
+from fine_tune.squad.serving import SpanAnswerer, context_words, piece_lengths
 from tests.conftest import shared_file
 
 UNCASED = "vocab/google_uncased_en_vocab.txt"
@@ -119,7 +119,7 @@ def test_the_words_are_the_readers():
     """In a context with CJK, each ideograph and punctuation character is a word, as
     `Paragraph.from_context` cuts it; elsewhere the original's whitespace words."""
     contexts = [c for _, c in TRICKY + squad_questions(5) + drcd_questions(10)]
-    words = _words(tf.constant(contexts))[0].to_list()
+    words = context_words(tf.constant(contexts))[0].to_list()
     for context, row in zip(contexts, words):
         # The graph splits a copy with NUL as U+0001 (regex_split stops at NUL).
         assert [w.decode("utf-8") for w in row] == [w.replace("\x00", "\x01") for w in Paragraph.from_context(context).words]

@@ -74,7 +74,7 @@ def piece_lengths(vocab_file: str) -> list[int]:
     return lengths
 
 
-def _words(context: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
+def context_words(context: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
     """Each context's words with their byte offsets, as `reader.Paragraph.from_context` cuts
     them: the punctuation cuts only in the contexts that hold a CJK character."""
     splittable = tf.strings.regex_replace(context, "\\x00", "\x01")  # regex_split stops at NUL
@@ -151,7 +151,7 @@ class SpanAnswerer(tf.Module):
     # === 1. Words and WordPieces of the contexts ===
     def _context_tokens(self, context: tf.Tensor) -> dict[str, tf.Tensor]:
         """Every WordPiece of the batch's contexts (flat), with its word and character offsets."""
-        words, byte_starts, byte_ends = _words(context)
+        words, byte_starts, byte_ends = context_words(context)
         word_starts = char_offsets(context, byte_starts).flat_values
         word_ends = char_offsets(context, byte_ends).flat_values
         pieces = self.preprocessor.tokenizer(words.flat_values)
