@@ -321,13 +321,18 @@ def hf_batches(path: pathlib.Path, batch_size: int, seq: int, training: bool, se
                for name, value in batch.items()}  # fmt: skip
 
 
-def hf_logits(model, batch):
-    """Masked-LM (masked positions only) and NSP logits of a batch of our records."""
+def hf_logits(model, batch, bf16: bool = False):
+    """Masked-LM (masked positions only) and NSP logits of a batch of our records, in fp32
+    (the forward under `torch.autocast` in bfloat16 when `bf16`, as HF users mix precision)."""
+    import torch
+
     from bench.common import hf_masked_lm_logits
 
     inputs = {"input_ids": batch["input_word_ids"], "attention_mask": batch["input_mask"],
               "token_type_ids": batch["input_type_ids"]}  # fmt: skip
-    return hf_masked_lm_logits(model, inputs, batch["masked_lm_positions"])
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        mlm_logits, nsp_logits = hf_masked_lm_logits(model, inputs, batch["masked_lm_positions"])
+    return mlm_logits.float(), nsp_logits.float()
 
 
 def hf_loss(batch, mlm_logits, nsp_logits):
@@ -382,7 +387,7 @@ def pretrain_hf(work: Work, model_spec: Model, phase: int, args) -> dict:
     start = time.perf_counter() - seconds
     while step < steps:
         batch = next(batches)
-        loss = hf_loss(batch, *hf_logits(model, batch))
+        loss = hf_loss(batch, *hf_logits(model, batch, bf16=args.mixed_precision == "bf16"))
         torch_update(model, optimizer, schedule, loss)
         step += 1
         if step % 100 == 0:
@@ -411,7 +416,7 @@ def evaluate_hf(work: Work, model_spec: Model, args) -> dict:
     totals = {"mlm_correct": 0.0, "mlm_total": 0.0, "nsp_correct": 0.0, "nsp_total": 0.0}
     with torch.no_grad():
         for batch in hf_batches(work.path("held_out128.tfrecord"), args.batch_size, 128, False, 0):
-            for key, value in hf_correct(batch, *hf_logits(model, batch)).items():
+            for key, value in hf_correct(batch, *hf_logits(model, batch, bf16=args.mixed_precision == "bf16")).items():
                 totals[key] += value
     return {"masked_lm_accuracy": totals["mlm_correct"] / totals["mlm_total"],
             "next_sentence_accuracy": totals["nsp_correct"] / totals["nsp_total"]}  # fmt: skip
@@ -517,7 +522,8 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--phase2_batch_size", type=int, default=8, help="Half the sequences, each 4x as long.")
     parser.add_argument("--learning_rate", type=float, default=1e-3)
-    parser.add_argument("--mixed_precision", default="none", help="Our pre-training's --mixed_precision.")
+    parser.add_argument("--mixed_precision", default="none", help="Pre-training precision: none (fp32) or bf16 (ours: "
+                        "run_pretraining.py --mixed_precision=bf16; HF: torch.autocast).")
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--seeds", type=int, default=3, help="Fine-tuning seeds per task and start.")
     parser.add_argument("--finetune_batch_size", type=int, default=32)
