@@ -13,6 +13,7 @@ import os
 import pathlib
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from typing import Callable
@@ -114,6 +115,14 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
     return "" if value is None else str(value)
+
+
+def cpu() -> dict:
+    """The CPU's model name and whether it has the bf16 instructions (AVX512-BF16, AMX)."""
+    text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Model name")), "")
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("Flags")), [])
+    return {"model_name": model, "avx512_bf16": "avx512_bf16" in flags, "amx": sorted(f for f in flags if "amx" in f)}
 
 
 def write_json(name: str, payload: dict) -> pathlib.Path:

@@ -49,7 +49,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # threads ~3x slower than 1 (see bench/finetune.py). Passive waiting gives torch its fair speed.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.common import data_dir, interleaved_times, print_table, write_json
+from bench.common import cpu, data_dir, interleaved_times, print_table, write_json
 
 # task: (GLUE folder, the dev columns holding the texts, the label column)
 TASKS = {
@@ -373,14 +373,6 @@ def probability_gap(classifier, hf_model, tokenizer, rows: list[Row]) -> float:
 
 
 # === The run ===
-def cpu() -> dict:
-    """The CPU's model name and whether it has the bf16 instructions (AVX512-BF16, AMX)."""
-    text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Model name")), "")
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("Flags")), [])
-    return {"model_name": model, "avx512_bf16": "avx512_bf16" in flags, "amx": sorted(f for f in flags if "amx" in f)}
-
-
 def bench_task(task: str, args: argparse.Namespace) -> dict:
     import torch
 

@@ -48,6 +48,7 @@ from bert_tf.errors import BertTfError
 from bert_tf.flags import Flag, flag_values, run_main
 from bert_tf.feature_writers import JsonLinesWriter, NpyWriter, atomic_outputs, companion_paths
 from bert_tf.packing import pack_pair
+from bert_tf.progress import progress_bar
 from bert_tf.pooling import POOLINGS, check_layers, pool, word_start_mask
 
 SEPARATOR = " ||| "
@@ -294,12 +295,6 @@ def _output_paths(options: Options, token_npy: bool) -> list[str]:
     return [options.output_file, *companion_paths(options.output_file)] if token_npy else [options.output_file]
 
 
-def _progress(total: int, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit=" lines", file=sys.stderr, disable=not enabled, mininterval=1.0, dynamic_ncols=True)
-
-
 def forward_function(encoder) -> Callable[[dict[str, np.ndarray]], list[np.ndarray]]:
     """`encoder_outputs` of a batch, as numpy, traced once for every batch size and length
     (Keras' `predict_on_batch` traces anew for each new padded length, ~2 s each)."""
@@ -337,7 +332,7 @@ def extract(options: Options) -> str:
     rows = rows_per_line(options.input_file, packer, options.pooling) if token_npy else None
     width = len(options.layers) * encoder.bert_config.hidden_size
     forward = forward_function(encoder)
-    with atomic_outputs(_output_paths(options, token_npy)) as paths, _progress(num_lines, options.progress) as bar:
+    with atomic_outputs(_output_paths(options, token_npy)) as paths, progress_bar(num_lines, "lines", options.progress) as bar:
         if options.output_format == "npy":
             writer = NpyWriter(paths, rows, num_lines, width)
         else:

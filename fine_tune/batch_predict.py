@@ -207,7 +207,8 @@ def predict_file(args: FlagValues) -> int:
     """Writes the predictions of every input of `--input_file`; returns how many."""
     extension = _check(args)
     # Imported here: the flags are checked (and --help answered) without loading TensorFlow.
-    from fine_tune.predictor import load_task_model, progress_bar
+    from bert_tf.progress import progress_bar
+    from fine_tune.predictor import load_task_model
 
     model = load_task_model(args.model_dir, batch_size=args.batch_size, **settings_of(args.setting))
     os.makedirs(os.path.dirname(os.path.abspath(args.output_file)), exist_ok=True)

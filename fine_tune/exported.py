@@ -24,10 +24,11 @@ import numpy as np
 import tensorflow as tf
 
 from bert_tf.errors import BertTfError
+from bert_tf.progress import progress_bar
 from fine_tune.export import EXPORT_INFO, SIGNATURE
 from fine_tune.heads import Prediction
 from fine_tune.predictor import (PROGRESS_MIN_ROWS, Answer, Classifier, QuestionAnswerer, Regressor,
-                                 Tagger, TaskModel, progress_bar)
+                                 Tagger, TaskModel)
 
 SAVED_MODEL = "saved_model.pb"
 

@@ -50,6 +50,7 @@ from keras import ops
 from bert_tf import pooling as pooling_lib
 from bert_tf.encoder import BertEncoder
 from bert_tf.errors import BertTfError
+from bert_tf.progress import progress_bar
 from bert_tf.tokenization import is_cjk, is_punctuation, is_whitespace
 from fine_tune import metrics
 from fine_tune.features import PairExample, PairFeaturiser
@@ -234,14 +235,6 @@ def joined_spans(words: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
         spans.append((position, position + len(word)))
         position += len(word) + 1
     return " ".join(words), spans
-
-
-def progress_bar(total: int, unit: str, enabled: bool = True):
-    """A progress bar on stderr (rows done, rows/s, time left), as bert-extract-features draws it."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit=f" {unit}", file=sys.stderr, disable=not enabled, mininterval=1.0,
-                dynamic_ncols=True)
 
 
 def _count(number: int, what: str) -> str:

@@ -1,0 +1,178 @@
+"""Where bfloat16 inference time goes on this CPU: why ours is ~1.4x its fp32, not 2x.
+
+Issue 15 asks bf16 inference at >= 2x our fp32 throughput. The answer depends on the
+CPU (AMX runs bf16 matmuls at ~2.5x fp32; AVX512-BF16 alone at ~1.9x) and on how much of
+a forward pass is not matmul. This measures, in one run, on the MiniLM-L6 shape that
+bench/inference.py serves (6 layers, hidden 384, 12 heads, erf GELU; random weights: the
+speed does not depend on them), batch 32 of 64 tokens:
+
+- the bare matmul [4096, 384] x [384, 1536]: TensorFlow and PyTorch, fp32 and bf16 (GFLOP/s);
+- our encoder forward (`tf.function`, as the predictor runs it), float32 against
+  `mixed_bfloat16`, with 1 and 2 intra-op threads (each in its own process: TensorFlow
+  fixes its thread pools at start-up), timed round-robin;
+- the TensorFlow profiler's self time by op type for both precisions (summed over both
+  threads): matmuls against the element-wise rest (GELU, LayerNorm, softmax, casts,
+  bias adds, transposes), which bf16 does not speed up.
+
+    python bench/bf16_profile.py [--rounds 10]
+
+Prints the tables and writes bench/results/bf16_profile.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from bench.common import cpu, print_table, write_json  # noqa: E402
+
+BATCH, SEQ = 32, 64
+MATMUL = (4096, 384, 1536)  # [tokens, hidden] x [hidden, intermediate]
+POLICIES = ("float32", "mixed_bfloat16")
+MATMUL_OPS = {"_MklMatMul", "_MklFusedMatMul", "_MklBatchMatMulV2", "_MklFusedBatchMatMulV2", "MatMul",
+              "BatchMatMulV2"}  # fmt: skip
+
+
+# === One process: the encoder's forward at a thread count ===
+def encoder_forwards():
+    """{policy: forward()} of the MiniLM-shaped encoder, each traced and warmed up."""
+    import numpy as np
+    import tensorflow as tf
+
+    from bert_tf import BertConfig, BertEncoder
+
+    config = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                        intermediate_size=1536, hidden_act="gelu_exact")  # fmt: skip
+    ids = np.random.default_rng(0).integers(1000, 30000, size=(BATCH, SEQ)).astype("int32")
+    inputs = {"input_word_ids": tf.constant(ids), "input_mask": tf.ones_like(ids), "input_type_ids": tf.zeros_like(ids)}
+    forwards = {}
+    for policy in POLICIES:
+        encoder = BertEncoder(config, dtype=policy)
+        function = tf.function(lambda x, encoder=encoder: encoder(x, training=False)["sequence_output"])
+        forwards[policy] = lambda function=function: function(inputs).numpy()
+        for _ in range(3):
+            forwards[policy]()
+    return forwards
+
+
+def op_self_times(forward, calls: int) -> dict[str, float]:
+    """Milliseconds of self time a call, by op type, from the TensorFlow profiler."""
+    import tensorflow as tf
+    from tensorflow.python.profiler.internal import _pywrap_profiler_plugin as profiler
+
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        for _ in range(calls):
+            forward()
+        tf.profiler.experimental.stop()
+        paths = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
+        data, _ = profiler.xspace_to_tools_data(paths, "framework_op_stats", {})
+    table = json.loads(data)[0]
+    columns = [column["id"] for column in table["cols"]]
+    times: collections.Counter = collections.Counter()
+    for row in table["rows"]:
+        values = dict(zip(columns, (cell.get("v") for cell in row["c"])))
+        if values["host_or_device"] == "Host" and values["type"] != "IDLE":
+            times[values["type"]] += values["total_self_time"] / 1000 / calls
+    return dict(times)
+
+
+def child(threads: int, rounds: int, profile: bool) -> None:
+    import tensorflow as tf
+
+    from bench.common import interleaved_times
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    forwards = encoder_forwards()
+    result = {"times": interleaved_times(forwards, rounds)}
+    if profile:
+        result["ops"] = {policy: op_self_times(forward, 5) for policy, forward in forwards.items()}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def in_child(threads: int, rounds: int, profile: bool) -> dict:
+    argv = [sys.executable, __file__, "--child_threads", str(threads), "--rounds", str(rounds)]
+    output = subprocess.run(argv + (["--profile"] if profile else []), capture_output=True, text=True, check=True)
+    return json.loads(next(line for line in output.stdout.splitlines() if line.startswith("RESULT "))[7:])
+
+
+# === Matmuls ===
+def matmul_rates(rounds: int) -> list[dict]:
+    import numpy as np
+    import tensorflow as tf
+    import torch
+
+    from bench.common import interleaved_times
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    m, k, n = MATMUL
+    rng = np.random.default_rng(0)
+    a, b = rng.random((m, k), dtype=np.float32), rng.random((k, n), dtype=np.float32)
+    steps = {}
+    for name, tf_dtype, torch_dtype in (("fp32", tf.float32, torch.float32), ("bf16", tf.bfloat16, torch.bfloat16)):
+        tf_a, tf_b = tf.constant(a, tf_dtype), tf.constant(b, tf_dtype)
+        product = tf.function(lambda tf_a=tf_a, tf_b=tf_b: tf.matmul(tf_a, tf_b))
+        steps[f"tensorflow {name}"] = lambda product=product: product().numpy()
+        torch_a, torch_b = torch.from_numpy(a).to(torch_dtype), torch.from_numpy(b).to(torch_dtype)
+        steps[f"torch {name}"] = lambda x=torch_a, y=torch_b: x @ y
+    times = interleaved_times(steps, rounds)
+    return [{"matmul": name, "gflop_per_s": 2 * m * k * n / time["min"] / 1e9} for name, time in times.items()]
+
+
+# === Report ===
+def breakdown(ops: dict[str, dict[str, float]]) -> list[dict]:
+    rows = []
+    for policy, times in ops.items():
+        matmul = sum(value for op, value in times.items() if op in MATMUL_OPS)
+        rest = sum(times.values()) - matmul
+        top = sorted(((v, op) for op, v in times.items() if op not in MATMUL_OPS), reverse=True)[:5]
+        rows.append({"policy": policy, "matmul_ms": matmul, "other_ms": rest, "other_share": rest / (matmul + rest),
+                     "largest_other": ", ".join(f"{op} {value:.0f}" for value, op in top)})  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--child_threads", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_threads:
+        return child(args.child_threads, args.rounds, args.profile)
+
+    start = time.perf_counter()
+    matmuls = matmul_rates(args.rounds)
+    runs = {threads: in_child(threads, args.rounds, profile=threads == 2) for threads in (1, 2)}
+    forwards = [
+        {"threads": threads, "float32_ms": run["times"]["float32"]["min"] * 1000,
+         "bf16_ms": run["times"]["mixed_bfloat16"]["min"] * 1000,
+         "bf16_speedup": run["times"]["float32"]["min"] / run["times"]["mixed_bfloat16"]["min"]}
+        for threads, run in runs.items()
+    ]  # fmt: skip
+    ops = breakdown(runs[2]["ops"])
+    print(f"bare matmul {MATMUL[0]}x{MATMUL[1]} @ {MATMUL[1]}x{MATMUL[2]}, best of {args.rounds}:")
+    print_table(matmuls, ["matmul", "gflop_per_s"])
+    print(f"\nencoder forward (MiniLM-L6 shape, batch {BATCH} x {SEQ} tokens), best of {args.rounds} round-robin:")
+    print_table(forwards, ["threads", "float32_ms", "bf16_ms", "bf16_speedup"])
+    print("\nself time a forward by op type (TensorFlow profiler, ms summed over 2 threads):")
+    print_table(ops, ["policy", "matmul_ms", "other_ms", "other_share", "largest_other"])
+    path = write_json("bf16_profile", {"cpu": cpu(), "batch": BATCH, "seq": SEQ, "matmuls": matmuls,
+                                       "forwards": forwards, "op_breakdown": ops, "ops": runs[2]["ops"],
+                                       "seconds": time.perf_counter() - start})  # fmt: skip
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+"""The progress bar of long-running commands that read many rows (prediction, features)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def progress_bar(total: int, unit: str, enabled: bool = True):
+    """A tqdm bar on stderr: rows done, rows/s and time left, redrawn at most once a second.
+
+    Used as a context manager; `enabled=False` (short inputs, `--noprogress`) draws nothing.
+    """
+    from tqdm import tqdm  # noqa: PLC0415 (only the commands that draw one need it)
+
+    return tqdm(total=total, unit=f" {unit}", file=sys.stderr, disable=not enabled, mininterval=1.0,
+                dynamic_ncols=True)
