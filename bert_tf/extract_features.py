@@ -48,8 +48,8 @@ from bert_tf.errors import BertTfError
 from bert_tf.flags import Flag, flag_values, run_main
 from bert_tf.feature_writers import JsonLinesWriter, NpyWriter, atomic_outputs, companion_paths
 from bert_tf.packing import pack_pair
-from bert_tf.progress import progress_bar
 from bert_tf.pooling import POOLINGS, check_layers, pool, word_start_mask
+from bert_tf.progress import progress_bar
 
 SEPARATOR = " ||| "
 OUTPUT_FORMATS = ("jsonl", "npy")
