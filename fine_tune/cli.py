@@ -47,7 +47,14 @@ from fine_tune import batching, registry
 from fine_tune.config import RunConfig, TaskConfig, config_flags, from_flags
 from fine_tune.registry import RUN_FILE
 from fine_tune.task import EvalSet, Features, Task
-from fine_tune.trainer import BEST_DIR, FineTuningTrainer, TrainingConfig, fine_tuned_weights, save_weights
+from fine_tune.trainer import (
+    BEST_DIR,
+    FineTuningTrainer,
+    TrainingConfig,
+    fine_tuned_weights,
+    load_fine_tuned,
+    save_weights,
+)
 
 CONFIG_FILE = "bert_config.json"
 VOCAB_FILE = "vocab.txt"
@@ -301,7 +308,8 @@ def _load_fine_tuned(state: Run, model: keras.Model) -> None:
     path = fine_tuned_weights(state.args.output_dir, prefer_best=state.args.use_best_checkpoint)
     if path is None:
         raise BertTfError(f"No fine-tuned weights in {state.args.output_dir}; run --do_train first.")
-    model.load_weights(path)
+    load_fine_tuned(model, path, "this command's flags",
+                    "give the --output_dir of a --do_train run with the same task and config, or train there.")
 
 
 # === Data ===

@@ -36,7 +36,7 @@ from bert_tf.tokenization import FullTokenizer
 from fine_tune import cli, registry
 from fine_tune.config import RunConfig, TaskConfig
 from fine_tune.task import Task
-from fine_tune.trainer import BEST_DIR, WEIGHTS_NAME, fine_tuned_weights
+from fine_tune.trainer import BEST_DIR, WEIGHTS_NAME, fine_tuned_weights, load_fine_tuned
 
 RUN_SCRIPTS = "run_classifier.py, run_ner.py or run_squad.py"
 
@@ -151,10 +151,7 @@ def load_run(
     if weights is None:
         raise _not_a_run(run_dir, f"neither {WEIGHTS_NAME} nor {BEST_DIR}/{WEIGHTS_NAME} is there")
     model = task.head.build(BertEncoder(config), max(len(labels), 1), config.hidden_dropout_prob)
-    try:
-        model.load_weights(weights)
-    except (ValueError, OSError) as error:
-        raise BertTfError(f"{weights} does not fit the model of {cli.CONFIG_FILE} and {registry.RUN_FILE} beside "
-                          f"it ({str(error).splitlines()[0]}); the run dir's files come from different runs.") from None
+    load_fine_tuned(model, weights, f"{cli.CONFIG_FILE} and {registry.RUN_FILE} beside it",
+                    "the run dir's files come from different runs.")
     return LoadedRun(run_dir, task_config.family, task, task_config, run_config, labels, config, tokenizer, model,
                      weights)

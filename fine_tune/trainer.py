@@ -31,6 +31,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import h5py
 import keras
 import numpy as np
 import tensorflow as tf
@@ -45,6 +46,10 @@ from fine_tune.task import INPUT_KEYS, Features
 ENCODER_INPUTS = (*INPUT_KEYS, "input_mask")
 WEIGHTS_NAME = "model.weights.h5"
 BEST_DIR = "best"
+# The h5 attribute naming the task model a weights file belongs to ("classifier",
+# "tagger", "span_extractor", ...): a classifier's dense(2) and a span head's dense(2)
+# have the same shapes, so without it one loads into the other and predicts nonsense.
+HEAD_ATTRIBUTE = "bert_tf_model"
 CHECKPOINTS_DIR = "checkpoints"
 TRAIN_LOGS_DIR = os.path.join("logs", "train")
 
@@ -83,8 +88,28 @@ def save_weights(model: keras.Model, directory: str) -> str:
     path = os.path.join(directory, WEIGHTS_NAME)
     temporary = os.path.join(directory, f"tmp-{os.getpid()}.weights.h5")
     model.save_weights(temporary)
+    with h5py.File(temporary, "a") as file:
+        file.attrs[HEAD_ATTRIBUTE] = model.name
     os.replace(temporary, path)
     return path
+
+
+def load_fine_tuned(model: keras.Model, path: str, model_source: str, remedy: str) -> None:
+    """Loads the weights file `path` into `model` (built from `model_source`, e.g. "--task and
+    --bert_config_file"); a `BertTfError` ending in `remedy` when they do not belong together."""
+    try:
+        with h5py.File(path, "r") as file:
+            saved_model = file.attrs.get(HEAD_ATTRIBUTE)  # None: written before the attribute existed
+    except OSError as error:
+        raise BertTfError(f"{path} is not a readable weights file ({error}); {remedy}") from None
+    if saved_model is not None and saved_model != model.name:
+        raise BertTfError(f"{path} holds the weights of a {saved_model} model, but {model_source} make a "
+                          f"{model.name}; {remedy}")
+    try:
+        model.load_weights(path)
+    except (ValueError, OSError) as error:
+        raise BertTfError(f"{path} does not fit the model of {model_source} ({str(error).splitlines()[0]}); "
+                          f"{remedy}") from None
 
 
 def fine_tuned_weights(output_dir: str, prefer_best: bool = True) -> str | None:

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+# Before any test module imports TensorFlow: the package's environment settings (quiet
+# C++ logs, oneDNN kernels), so the tests run TensorFlow as the commands do.
+import bert_tf  # noqa: E402, F401
 
 
 def data_dir() -> pathlib.Path:

@@ -154,10 +154,14 @@ def test_bad_model_dirs_are_one_sentence(mrpc, tmp_path, capsys):
     other = tmp_path / "other"
     shutil.copytree(run_dir, other)
     record = json.loads((other / "fine_tune.json").read_text())
+    # A tagger's record over a classifier's weights, with the same shapes (dense(2) on
+    # pooled_output and on sequence_output): only the weights file's stamp tells them apart.
     ner = {**record, "family": "ner", "task": "conll2003", "task_config": {"task": "conll2003", "data_dir": None},
-           "labels": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]}
+           "labels": ["O", "B-PER"]}
     (other / "fine_tune.json").write_text(json.dumps(ner))
-    assert "does not fit the model" in error(other)  # a classifier's weights under a tagger's record
+    assert error(other) == (f"error: {other / 'model.weights.h5'} holds the weights of a classifier model, but "
+                            "bert_config.json and fine_tune.json beside it make a tagger; the run dir's files come "
+                            "from different runs.\n")
     (other / "fine_tune.json").write_text("{not json")
     assert "fine_tune.json is damaged (JSONDecodeError" in error(other)
     (other / "fine_tune.json").write_text(json.dumps({**record, "labels": ["0", "1", "2"]}))
