@@ -46,7 +46,7 @@ MATMUL_OPS = {"_MklMatMul", "_MklFusedMatMul", "_MklBatchMatMulV2", "_MklFusedBa
 
 
 # === One process: the encoder's forward at a thread count ===
-def encoder_forwards():
+def encoder_forwards(policies: tuple[str, ...] = POLICIES):
     """{policy: forward()} of the MiniLM-shaped encoder, each traced and warmed up."""
     import numpy as np
     import tensorflow as tf
@@ -58,7 +58,7 @@ def encoder_forwards():
     ids = np.random.default_rng(0).integers(1000, 30000, size=(BATCH, SEQ)).astype("int32")
     inputs = {"input_word_ids": tf.constant(ids), "input_mask": tf.ones_like(ids), "input_type_ids": tf.zeros_like(ids)}
     forwards = {}
-    for policy in POLICIES:
+    for policy in policies:
         encoder = BertEncoder(config, dtype=policy)
         function = tf.function(lambda x, encoder=encoder: encoder(x, training=False)["sequence_output"])
         forwards[policy] = lambda function=function: function(inputs).numpy()

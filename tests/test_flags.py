@@ -134,7 +134,6 @@ def test_a_command_process_prints_no_tensorflow_lines(tmp_path):
     assert result.stderr == "error: Unknown flag --do_trian; did you mean --do_train? (--helpfull lists all flags.)\n"
 
 
-
 @pytest.mark.parametrize("setting, enabled", [(None, True), ("0", False)])
 def test_importing_bert_tf_turns_on_onednn_unless_the_user_chose(setting, enabled):
     # TensorFlow's own default leaves oneDNN off on AVX2-only CPUs (about 2x slower steps);
@@ -145,6 +144,7 @@ def test_importing_bert_tf_turns_on_onednn_unless_the_user_chose(setting, enable
     code = "import bert_tf, tensorflow; from tensorflow.python.util import _pywrap_util_port as p; print(p.IsMklEnabled())"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.stdout == f"{enabled}\n", result.stderr
+
 
 # === Data files without --data_dir ===
 def test_conll_files_need_no_data_dir(tmp_path, capsys, monkeypatch):
