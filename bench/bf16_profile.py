@@ -12,7 +12,12 @@ speed does not depend on them), batch 32 of 64 tokens:
   fixes its thread pools at start-up), timed round-robin;
 - the TensorFlow profiler's self time by op type for both precisions (summed over both
   threads): matmuls against the element-wise rest (GELU, LayerNorm, softmax, casts,
-  bias adds, transposes), which bf16 does not speed up.
+  bias adds, transposes), which bf16 does not speed up;
+- the feed-forward block (dense to the intermediate width, bias, erf GELU) written four
+  ways, with the oneDNN implementation each one's matmul runs on (`ONEDNN_VERBOSE`):
+  ours as the encoder builds it (Keras `Dense`, GELU in float32 inside bf16), pure Keras
+  ops all in bf16, `tf.nn.bias_add` + `tf.nn.gelu` (the pattern TensorFlow's remapper
+  fuses into one oneDNN op with a GELU post-op) and the bare matmul (the AMX floor).
 
     python bench/bf16_profile.py [--rounds 10]
 
@@ -106,6 +111,82 @@ def in_child(threads: int, rounds: int, profile: bool) -> dict:
     return json.loads(next(line for line in output.stdout.splitlines() if line.startswith("RESULT "))[7:])
 
 
+# === The feed-forward block ===
+PRODUCT_PRIMITIVES = ("matmul", "inner_product", "gemm_api")
+FFN_VARIANTS = ("ours_float32", "ours_bf16", "keras_ops_bf16", "bias_add_gelu_bf16", "matmul_only_bf16")
+
+
+def ffn_steps(names: tuple[str, ...]) -> dict:
+    """{variant: step()} of [BATCH, SEQ, 384] -> dense 1536 -> bias -> erf GELU, traced and warmed up."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from bert_tf.layers import exact_gelu
+
+    rng = np.random.default_rng(0)
+    hidden = rng.standard_normal((BATCH, SEQ, MATMUL[1])).astype("float32")
+    kernel = (rng.standard_normal(MATMUL[1:]) * 0.05).astype("float32")
+    bias = rng.standard_normal(MATMUL[2]).astype("float32")
+    x32, x16 = tf.constant(hidden), tf.constant(hidden, tf.bfloat16)
+    flat16 = tf.reshape(x16, (-1, MATMUL[1]))
+    w16, b16 = tf.Variable(kernel, dtype=tf.bfloat16), tf.Variable(bias, dtype=tf.bfloat16)
+
+    def dense(policy: str):
+        layer = keras.layers.Dense(MATMUL[2], activation=exact_gelu, dtype=policy)
+        layer.build(hidden.shape)
+        layer.set_weights([kernel, bias])
+        return lambda: layer(x32)
+
+    variants = {
+        "ours_float32": lambda: dense("float32"),
+        "ours_bf16": lambda: dense("mixed_bfloat16"),
+        "keras_ops_bf16": lambda: lambda: keras.ops.gelu(keras.ops.matmul(flat16, w16) + b16, approximate=False),
+        "bias_add_gelu_bf16": lambda: lambda: tf.nn.gelu(tf.nn.bias_add(tf.matmul(flat16, w16), b16),
+                                                         approximate=False),
+        "matmul_only_bf16": lambda: lambda: tf.matmul(flat16, w16),
+    }  # fmt: skip
+    steps = {}
+    for name in names:
+        function = tf.function(variants[name]())
+        steps[name] = lambda function=function: function().numpy()
+        for _ in range(3):
+            steps[name]()
+    return steps
+
+
+def ffn_child(rounds: int, variant: str | None) -> None:
+    """Times every variant, round-robin; or, given one, just runs it (for ONEDNN_VERBOSE)."""
+    if variant:
+        ffn_steps((variant,))
+        return
+    times = interleaved_times(ffn_steps(FFN_VARIANTS), rounds)
+    print("RESULT " + json.dumps({name: time["min"] for name, time in times.items()}), flush=True)
+
+
+def matmul_implementations(verbose: str) -> str:
+    """The oneDNN primitives that ran the products, e.g. "inner_product x64:gemm:jit +eltwise_gelu_erf"."""
+    found = set()
+    for line in verbose.splitlines():
+        fields = line.split(",")
+        if line.startswith("onednn_verbose") and ",primitive,exec," in line and fields[5] in PRODUCT_PRIMITIVES:
+            post_ops = [field.split(":")[1].split(",")[0] for field in line.split()
+                        if field.startswith("attr-post-ops:")]
+            found.add(" ".join(part for part in (fields[5], fields[6], *("+" + op for op in post_ops)) if part))
+    return "; ".join(sorted(found))
+
+
+def feed_forward(rounds: int) -> list[dict]:
+    argv = [sys.executable, __file__, "--rounds", str(rounds), "--ffn_child"]
+    timed = subprocess.run(argv + ["all"], capture_output=True, text=True, check=True).stdout
+    times = json.loads(next(line for line in timed.splitlines() if line.startswith("RESULT "))[7:])
+    verbose_env = {**os.environ, "ONEDNN_VERBOSE": "1"}
+    verbose = {name: subprocess.run(argv + [name], capture_output=True, text=True, check=True, env=verbose_env).stdout
+               for name in FFN_VARIANTS}
+    return [{"variant": name, "ms": times[name] * 1000, "x_ours_float32": times["ours_float32"] / times[name],
+             "onednn_matmul": matmul_implementations(verbose[name])} for name in FFN_VARIANTS]  # fmt: skip
+
+
 # === Matmuls ===
 def matmul_rates(rounds: int) -> list[dict]:
     import numpy as np
@@ -144,9 +225,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--child_threads", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ffn_child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_threads:
         return child(args.child_threads, args.rounds, args.profile)
+    if args.ffn_child:
+        return ffn_child(args.rounds, None if args.ffn_child == "all" else args.ffn_child)
 
     start = time.perf_counter()
     matmuls = matmul_rates(args.rounds)
@@ -158,14 +242,18 @@ def main() -> None:
         for threads, run in runs.items()
     ]  # fmt: skip
     ops = breakdown(runs[2]["ops"])
+    ffn = feed_forward(args.rounds)
     print(f"bare matmul {MATMUL[0]}x{MATMUL[1]} @ {MATMUL[1]}x{MATMUL[2]}, best of {args.rounds}:")
     print_table(matmuls, ["matmul", "gflop_per_s"])
     print(f"\nencoder forward (MiniLM-L6 shape, batch {BATCH} x {SEQ} tokens), best of {args.rounds} round-robin:")
     print_table(forwards, ["threads", "float32_ms", "bf16_ms", "bf16_speedup"])
     print("\nself time a forward by op type (TensorFlow profiler, ms summed over 2 threads):")
     print_table(ops, ["policy", "matmul_ms", "other_ms", "other_share", "largest_other"])
+    print(f"\nfeed-forward block [{BATCH * SEQ}, {MATMUL[1]}] -> {MATMUL[2]} + bias + erf GELU, best of {args.rounds}:")
+    print_table(ffn, ["variant", "ms", "x_ours_float32", "onednn_matmul"])
     path = write_json("bf16_profile", {"cpu": cpu(), "batch": BATCH, "seq": SEQ, "matmuls": matmuls,
                                        "forwards": forwards, "op_breakdown": ops, "ops": runs[2]["ops"],
+                                       "feed_forward": ffn,
                                        "seconds": time.perf_counter() - start})  # fmt: skip
     print("wrote", path)
 
