@@ -15,14 +15,6 @@ import pytest
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
-# Under pytest-xdist, each worker (and every process it starts) gets its share of the
-# cores: TensorFlow's and PyTorch's thread pools otherwise each take them all, N workers
-# oversubscribe the machine, and the waiting threads spin. Measured on 2 cores, 2
-# workers, test_squad_serving + test_fine_tune_tasks: 332 s -> 275 s (CPU 455 -> 387 s).
-_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-if _WORKERS > 1:
-    for _variable in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
-        os.environ.setdefault(_variable, str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 # Before any test module imports TensorFlow: the package's environment settings (quiet
 # C++ logs, oneDNN kernels), so the tests run TensorFlow as the commands do.
 import bert_tf  # noqa: E402, F401
