@@ -41,7 +41,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from bench.common import cpu, interleaved_times, print_table, write_json  # noqa: E402
+from bench.common import child_result, cpu, interleaved_times, print_table, write_json  # noqa: E402
 
 BATCH, SEQ = 32, 64
 MATMUL = (4096, 384, 1536)  # [tokens, hidden] x [hidden, intermediate]
@@ -107,8 +107,7 @@ def child(threads: int, rounds: int, profile: bool) -> None:
 
 def in_child(threads: int, rounds: int, profile: bool) -> dict:
     argv = [sys.executable, __file__, "--child_threads", str(threads), "--rounds", str(rounds)]
-    output = subprocess.run(argv + (["--profile"] if profile else []), capture_output=True, text=True, check=True)
-    return json.loads(next(line for line in output.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    return child_result(argv + (["--profile"] if profile else []))
 
 
 # === The feed-forward block ===
@@ -132,23 +131,23 @@ def ffn_steps(names: tuple[str, ...]) -> dict:
     flat16 = tf.reshape(x16, (-1, MATMUL[1]))
     w16, b16 = tf.Variable(kernel, dtype=tf.bfloat16), tf.Variable(bias, dtype=tf.bfloat16)
 
-    def dense(policy: str):
+    def dense(policy: str) -> keras.layers.Dense:
         layer = keras.layers.Dense(MATMUL[2], activation=exact_gelu, dtype=policy)
         layer.build(hidden.shape)
         layer.set_weights([kernel, bias])
-        return lambda: layer(x32)
+        return layer
 
+    ours32, ours16 = dense("float32"), dense("mixed_bfloat16")
     variants = {
-        "ours_float32": lambda: dense("float32"),
-        "ours_bf16": lambda: dense("mixed_bfloat16"),
-        "keras_ops_bf16": lambda: lambda: keras.ops.gelu(keras.ops.matmul(flat16, w16) + b16, approximate=False),
-        "bias_add_gelu_bf16": lambda: lambda: tf.nn.gelu(tf.nn.bias_add(tf.matmul(flat16, w16), b16),
-                                                         approximate=False),
-        "matmul_only_bf16": lambda: lambda: tf.matmul(flat16, w16),
-    }  # fmt: skip
+        "ours_float32": lambda: ours32(x32),
+        "ours_bf16": lambda: ours16(x32),
+        "keras_ops_bf16": lambda: keras.ops.gelu(keras.ops.matmul(flat16, w16) + b16, approximate=False),
+        "bias_add_gelu_bf16": lambda: tf.nn.gelu(tf.nn.bias_add(tf.matmul(flat16, w16), b16), approximate=False),
+        "matmul_only_bf16": lambda: tf.matmul(flat16, w16),
+    }
     steps = {}
     for name in names:
-        function = tf.function(variants[name]())
+        function = tf.function(variants[name])
         steps[name] = lambda function=function: function().numpy()
         for _ in range(3):
             steps[name]()
@@ -178,8 +177,7 @@ def matmul_implementations(verbose: str) -> str:
 
 def feed_forward(rounds: int) -> list[dict]:
     argv = [sys.executable, __file__, "--rounds", str(rounds), "--ffn_child"]
-    timed = subprocess.run(argv + ["all"], capture_output=True, text=True, check=True).stdout
-    times = json.loads(next(line for line in timed.splitlines() if line.startswith("RESULT "))[7:])
+    times = child_result(argv + ["all"])
     verbose_env = {**os.environ, "ONEDNN_VERBOSE": "1"}
     verbose = {name: subprocess.run(argv + [name], capture_output=True, text=True, check=True, env=verbose_env).stdout
                for name in FFN_VARIANTS}

@@ -103,6 +103,12 @@ def interleaved_times(
     return {name: {"min": min(v), "median": statistics.median(v)} for name, v in times.items()}
 
 
+def child_result(argv: list[str], env: dict[str, str] | None = None) -> dict:
+    """Runs a benchmark's child process and returns the JSON of its `RESULT {...}` stdout line."""
+    output = subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout
+    return json.loads(next(line for line in output.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+
+
 def print_table(rows: list[dict], columns: list[str]) -> None:
     widths = {c: max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns}
     print("  ".join(c.ljust(widths[c]) for c in columns))

@@ -28,7 +28,6 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -36,7 +35,7 @@ sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch's idle threads spin otherwise (bench/finetune.py)
 
-from bench.common import cpu, interleaved_times, print_table, write_json  # noqa: E402
+from bench.common import child_result, cpu, interleaved_times, print_table, write_json  # noqa: E402
 
 TRAIN_BATCH, TRAIN_SEQ = 32, 256
 MINILM = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
@@ -85,9 +84,7 @@ def child(steps: int) -> None:
 
 def in_child(onednn: str, steps: int) -> dict:
     env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn)
-    output = subprocess.run([sys.executable, __file__, "--child", "--steps", str(steps)], capture_output=True,
-                            text=True, check=True, env=env)  # fmt: skip
-    return json.loads(next(line for line in output.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    return child_result([sys.executable, __file__, "--child", "--steps", str(steps)], env)
 
 
 # === HF ===
