@@ -304,7 +304,7 @@ def forward_function(encoder) -> Callable[[dict[str, np.ndarray]], list[np.ndarr
 
     signature = {name: tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES}
 
-    @tf.function(input_signature=[signature])
+    @tf.function(input_signature=[signature], autograph=False)
     def forward(inputs):
         return encoder(inputs, training=False)["encoder_outputs"]
 

@@ -370,7 +370,7 @@ class FastBertTokenizer(tf.Module):
             no_pretokenization=True,
         )
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)  # plain ops and tf.cond
     def __call__(self, texts: tf.Tensor) -> tf.RaggedTensor:
         """WordPiece ids of each text (UTF-8 bytes): int64 `[batch, (tokens)]`."""
         safe = tf.strings.regex_full_match(texts, self._safe_pattern)

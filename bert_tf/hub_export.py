@@ -79,10 +79,11 @@ def preprocessing_module(vocab_file: str, do_lower_case: bool, seq_length: int =
     root.layer = layer
     root.vocab_file = tf.saved_model.Asset(vocab_file)
     strings = tf.TensorSpec([None], tf.string, name="sentences")
-    root.__call__ = tf.function(lambda sentences: layer(sentences), input_signature=[strings])
+    root.__call__ = tf.function(lambda sentences: layer(sentences), input_signature=[strings], autograph=False)
 
     root.tokenize = tf.Module(name="tokenize")
-    root.tokenize.__call__ = tf.function(lambda sentences: layer.tokenize(sentences), input_signature=[strings])
+    root.tokenize.__call__ = tf.function(lambda sentences: layer.tokenize(sentences), input_signature=[strings],
+                                          autograph=False)
     root.tokenize.get_special_tokens_dict = tf.Module(name="get_special_tokens_dict")
     root.tokenize.get_special_tokens_dict.__call__ = tf.function(
         lambda: {name: tf.constant(value, tf.int32) for name, value in special.items()}, input_signature=[]
@@ -121,7 +122,7 @@ def encoder_module(encoder: BertEncoder) -> tf.train.Checkpoint:
         outputs = encoder({name: inputs[name] for name in INPUT_NAMES}, training=False)
         return {**outputs, "default": outputs["pooled_output"]}
 
-    root.__call__ = tf.function(call, input_signature=[specs])
+    root.__call__ = tf.function(call, input_signature=[specs], autograph=False)
     return root
 
 

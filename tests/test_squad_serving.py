@@ -11,6 +11,7 @@ tests/test_export.py.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import numpy as np
@@ -19,6 +20,7 @@ import tensorflow as tf
 
 from bert_tf.preprocessing import BertPreprocessor
 from bert_tf.tokenization import FullTokenizer
+from fine_tune.export import serving_function
 from fine_tune.predictor import Answer, answer_of
 from fine_tune.squad.features import SpanFeaturiser
 from fine_tune.squad.postprocess import PostprocessConfig, predict_examples
@@ -69,11 +71,16 @@ def python_answers(pairs, config: PostprocessConfig, model=fake_model, vocab=UNC
     return [answer_of(prediction) for prediction in predictions]
 
 
-def graph_answers(pairs, config: PostprocessConfig, model=fake_model, vocab=UNCASED) -> dict[str, list]:
+@functools.lru_cache(maxsize=None)
+def serving(model, config: PostprocessConfig, vocab: str):
+    """The export's graph of a model, config and vocabulary, traced once for any batch."""
     preprocessor = BertPreprocessor(str(shared_file(vocab)), True, SEQ, padding="longest")
     answerer = SpanAnswerer(model, preprocessor, STRIDE, QUERY, config)
-    serve = tf.function(answerer.__call__, input_signature=[tf.TensorSpec([None], tf.string)] * 2)
-    outputs = serve(tf.constant([q for q, _ in pairs], tf.string), tf.constant([c for _, c in pairs], tf.string))
+    return serving_function(answerer.__call__, [tf.TensorSpec([None], tf.string)] * 2)
+
+
+def graph_answers(pairs, config: PostprocessConfig, model=fake_model, vocab=UNCASED) -> dict[str, list]:
+    outputs = serving(model, config, vocab)(tf.constant([q for q, _ in pairs], tf.string), tf.constant([c for _, c in pairs], tf.string))
     return {key: value.numpy().tolist() for key, value in outputs.items()}
 
 
