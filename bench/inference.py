@@ -11,8 +11,8 @@ itself (SST-2 sentences, MRPC pairs) and returns label names:
 - `hf`: `transformers` eager PyTorch on the CPU (`torch.set_num_threads(2)`), its fast tokenizer;
 - `hf_bf16`: the same under `torch.autocast("cpu", dtype=torch.bfloat16)`;
 - `ours_predictor`: `bert_tf.load_task_model(run_dir).predict(texts)`;
-- `ours_predictor_bf16`: the same predictor on the run's weights in a `mixed_bfloat16`
-  model (load_task_model builds fp32 only; the bf16 model is built here);
+- `ours_predictor_bf16`: the same predictor in bfloat16
+  (`load_task_model(run_dir, mixed_precision="bf16")`: a `mixed_bfloat16` model);
 - `ours_savedmodel`: our `bert-export` SavedModel, in a fresh `python -I` process that
   imports only tensorflow and tensorflow_text (asked over a pipe, one JSON line a request:
   its time includes that round trip, measured alone as `pipe_round_trip_ms`).
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import json
 import os
 import pathlib
@@ -116,16 +115,6 @@ def hf_classifier(run, hf_dir: pathlib.Path):
         model.classifier.bias.copy_(torch.from_numpy(bias))
     tokenizer = transformers.BertTokenizerFast(str(hf_dir / "vocab.txt"), do_lower_case=run.do_lower_case)
     return model.eval(), tokenizer
-
-
-def bf16_run(run):
-    """The run with its weights in a `mixed_bfloat16` task model (bf16 matmuls, fp32 variables)."""
-    from bert_tf.encoder import BertEncoder
-
-    model = run.task.head.build(BertEncoder(run.config, dtype="mixed_bfloat16"), len(run.labels),
-                                run.config.hidden_dropout_prob)
-    model.set_weights(run.model.get_weights())
-    return dataclasses.replace(run, model=model)
 
 
 def saved_model(run_dir: pathlib.Path, export_dir: pathlib.Path) -> dict:
@@ -377,8 +366,6 @@ def bench_task(task: str, args: argparse.Namespace) -> dict:
     import torch
 
     import bert_tf
-    from fine_tune.predictor import Classifier
-
     cache = pathlib.Path(args.cache_dir) / task
     run_dir, fine_tuning = fine_tuned_run(task, pathlib.Path(args.cache_dir), args.train_rows)
     export_info = saved_model(run_dir, cache / "saved_model")
@@ -396,7 +383,7 @@ def bench_task(task: str, args: argparse.Namespace) -> dict:
         "hf": hf_predict(hf_model, tokenizer, labels, bf16=False),
         "hf_bf16": hf_predict(hf_model, tokenizer, labels, bf16=True),
         "ours_predictor": ours_predict(classifier),
-        "ours_predictor_bf16": ours_predict(Classifier(bf16_run(classifier.run), BATCH)),
+        "ours_predictor_bf16": ours_predict(bert_tf.load_task_model(run_dir, batch_size=BATCH, mixed_precision="bf16")),
         **children,
     }
     try:

@@ -23,7 +23,8 @@ progress (rows/s, time left) on stderr; the output is written under a temporary 
 and renamed when complete, so a failure (a line that is not valid JSON, not UTF-8, of
 the wrong shape: file and line named) leaves no partial output. SQuAD 2.0 and other
 task flags the run does not record go in `--setting name=value` (e.g.
-`--setting version_2_with_negative=true`).
+`--setting version_2_with_negative=true`). `--mixed_precision=bf16` computes in bfloat16
+(a run dir; an export computes in what `bert-export --mixed_precision` gave it).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class Row:
 
 # === Flags ===
 FLAGS = flag_values(
-    "input_file", "output_file",
+    "input_file", "output_file", "mixed_precision",
     own={
         "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py, run_ner.py or run_squad.py run, or a "
                           "bert-export folder."),
@@ -210,7 +211,8 @@ def predict_file(args: FlagValues) -> int:
     from bert_tf.progress import progress_bar
     from fine_tune.predictor import load_task_model
 
-    model = load_task_model(args.model_dir, batch_size=args.batch_size, **settings_of(args.setting))
+    model = load_task_model(args.model_dir, batch_size=args.batch_size, mixed_precision=args.mixed_precision,
+                            **settings_of(args.setting))
     os.makedirs(os.path.dirname(os.path.abspath(args.output_file)), exist_ok=True)
     progress = progress_bar(count_lines(args.input_file), "rows")
     written = truncated = 0

@@ -1,6 +1,6 @@
 """`bert-export`: a fine-tuned run as one SavedModel, raw text in, the task's answer out.
 
-    bert-export --model_dir out/mrpc --export_dir export/mrpc [--overwrite]
+    bert-export --model_dir out/mrpc --export_dir export/mrpc [--overwrite] [--mixed_precision=bf16]
 
 The SavedModel's `serving_default` signature takes strings (TF Serving's JSON or
 gRPC requests, or `tf.saved_model.load` in any Python with `tensorflow` and
@@ -208,7 +208,7 @@ def _attach_info(module: tf.Module, run: LoadedRun, inputs: tuple[str, ...], ass
     """`bert_export.json` and (for label tasks) `labels.txt` as assets, and the id -> label table."""
     info = {"task": run.task.name, "family": run.family, "labels": list(run.labels), "inputs": list(inputs),
             "do_lower_case": run.do_lower_case, "max_seq_length": run.max_seq_length,
-            "task_config": dataclasses.asdict(run.task_config)}
+            "mixed_precision": run.mixed_precision, "task_config": dataclasses.asdict(run.task_config)}
     module.info_file = tf.saved_model.Asset(_write(assets_dir, EXPORT_INFO, json.dumps(info, indent=2) + "\n"))
     if run.labels:
         module.labels_file = tf.saved_model.Asset(_write(assets_dir, LABELS_FILE, "".join(f"{l}\n" for l in run.labels)))
@@ -235,13 +235,15 @@ def check_export_dir(export_dir: str, overwrite: bool) -> None:
         raise BertTfError(f"--export_dir {export_dir} already exists; pass --overwrite to replace it.")
 
 
-def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: str | None = None) -> str:
+def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: str | None = None,
+           mixed_precision: str = "none") -> str:
     """Exports the fine-tuned run in `model_dir` to `export_dir` (and its encoder in TF Hub's
-    layout to `hub_dir/preprocess` and `hub_dir/encoder`); returns the export's path."""
+    layout to `hub_dir/preprocess` and `hub_dir/encoder`), computing in `mixed_precision`
+    (`load_run`'s); returns the export's path."""
     check_export_dir(export_dir, overwrite)
     if hub_dir is not None:
         check_export_dir(hub_dir, overwrite)
-    run = load_run(model_dir)
+    run = load_run(model_dir, mixed_precision=mixed_precision)
     with tempfile.TemporaryDirectory() as assets_dir:
         if run.family == "squad":
             module = AnswererExport(run, assets_dir)
@@ -259,6 +261,7 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
 
 # === Command line ===
 FLAGS = flag_values(
+    "mixed_precision",
     own={
         "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py, run_ner.py or run_squad.py run."),
         "export_dir": Flag(str, None, "Where the SavedModel goes (a new folder)."),
@@ -277,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _export(values: FlagValues) -> None:
     require(values, "model_dir", "export_dir")
-    path = export(values.model_dir, values.export_dir, values.overwrite, values.hub_dir)
+    path = export(values.model_dir, values.export_dir, values.overwrite, values.hub_dir, values.mixed_precision)
     print(f"exported {values.model_dir} to {path} (signature {SIGNATURE}).")
 
 

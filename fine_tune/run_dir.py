@@ -33,6 +33,7 @@ from bert_tf.config import BertConfig
 from bert_tf.encoder import BertEncoder
 from bert_tf.errors import BertTfError
 from bert_tf.tokenization import FullTokenizer
+from bert_tf.training.runloop import dtype_policy
 from fine_tune import cli, registry
 from fine_tune.config import RunConfig, TaskConfig
 from fine_tune.task import Task
@@ -57,6 +58,7 @@ class LoadedRun:
         tokenizer: the run's tokenizer.
         model: the Keras task model with the fine-tuned weights.
         weights: the weights file that was loaded.
+        mixed_precision: what the model computes in ("none": float32, "bf16", "fp16").
     """
 
     run_dir: str
@@ -69,6 +71,7 @@ class LoadedRun:
     tokenizer: FullTokenizer
     model: keras.Model
     weights: str
+    mixed_precision: str = "none"
 
     @property
     def max_seq_length(self) -> int:
@@ -121,7 +124,8 @@ def _task(run_dir: str, settings: dict[str, Any]) -> tuple[Task, TaskConfig, Run
 
 
 def load_run(
-    run_dir: str | os.PathLike, prefer_best: bool = True, families: tuple[str, ...] | None = None, **settings: Any
+    run_dir: str | os.PathLike, prefer_best: bool = True, families: tuple[str, ...] | None = None,
+    mixed_precision: str = "none", **settings: Any,
 ) -> LoadedRun:
     """The task model of a finished run, with its fine-tuned weights.
 
@@ -131,6 +135,9 @@ def load_run(
         prefer_best: load `best/` when the run kept it (as `--use_best_checkpoint`).
         families: the task families the caller can use (default: any); a run of
             another one is refused before its weights are read.
+        mixed_precision: "bf16" (or "fp16") builds the model in that compute dtype, its
+            variables, LayerNorm, softmax and head float32 (a `--mixed_precision` value; the
+            default "none" is float32 whatever the run trained in).
         **settings: fields of the task's config to change, by name (e.g.
             `null_score_diff_threshold=-1.5`).
 
@@ -138,6 +145,7 @@ def load_run(
     damaged file, weights that do not fit the config).
     """
     run_dir = os.fspath(run_dir)
+    policy = dtype_policy(mixed_precision)  # an unknown value fails before anything is read
     if not os.path.isdir(run_dir):
         raise BertTfError(f"{run_dir} is not a folder; give the --output_dir of a {RUN_SCRIPTS} run.")
     task, task_config, run_config, record = _task(run_dir, settings)
@@ -150,8 +158,8 @@ def load_run(
     weights = fine_tuned_weights(run_dir, prefer_best=prefer_best)
     if weights is None:
         raise _not_a_run(run_dir, f"neither {WEIGHTS_NAME} nor {BEST_DIR}/{WEIGHTS_NAME} is there")
-    model = task.head.build(BertEncoder(config), max(len(labels), 1), config.hidden_dropout_prob)
+    model = task.head.build(BertEncoder(config, dtype=policy), max(len(labels), 1), config.hidden_dropout_prob)
     load_fine_tuned(model, weights, f"{cli.CONFIG_FILE} and {registry.RUN_FILE} beside it",
                     "the run dir's files come from different runs.")
     return LoadedRun(run_dir, task_config.family, task, task_config, run_config, labels, config, tokenizer, model,
-                     weights)
+                     weights, mixed_precision)

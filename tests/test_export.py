@@ -222,6 +222,22 @@ def test_load_task_model_predicts_through_an_export_as_through_the_run_dir(mrpc)
             call()
 
 
+def test_a_bf16_export_answers_as_the_bf16_predictor(mrpc, tmp_path):
+    """`bert-export --mixed_precision=bf16`: the export computes in bfloat16 as
+    `load_task_model(run_dir, mixed_precision="bf16")` does, and records it."""
+    run_dir = mrpc[0]
+    assert main([f"--model_dir={run_dir}", f"--export_dir={tmp_path / 'bf16'}", "--mixed_precision=bf16"]) == 0
+    assert json.loads((tmp_path / "bf16" / "assets" / "bert_export.json").read_text())["mixed_precision"] == "bf16"
+    pairs = [(row[3], row[4]) for row in (line.split("\t") for line in glue_rows("MRPC", 24)[1:])]
+    exported = [c.probabilities for c in load_task_model(tmp_path / "bf16").predict(pairs)]
+    bf16 = [c.probabilities for c in load_task_model(run_dir, mixed_precision="bf16").predict(pairs)]
+    fp32 = [c.probabilities for c in load_task_model(mrpc[1]).predict(pairs)]
+    np.testing.assert_allclose(exported, bf16, atol=2e-3)
+    assert not np.array_equal(exported, fp32)  # it computes in bf16
+    with pytest.raises(BertTfError, match=r"exported; load its run dir to change mixed_precision\.$"):
+        load_task_model(tmp_path / "bf16", mixed_precision="bf16")
+
+
 def test_a_corrupt_export_is_one_sentence(mrpc, tmp_path, capsys):
     from fine_tune.batch_predict import main as predict_main
 

@@ -304,6 +304,30 @@ def test_embed_pools_the_encoder_layers(mrpc):
         model.embed("x", "cls", (5,))
 
 
+def test_bf16_predicts_in_bfloat16_near_float32(mrpc, capsys, tmp_path):
+    """`mixed_precision="bf16"`: a `mixed_bfloat16` model whose probabilities are float32's to bf16's
+    precision (not equal to them: it computes in bf16); bert-predict --mixed_precision=bf16 is the same."""
+    fp32, bf16 = load_task_model(mrpc / "out"), load_task_model(mrpc / "out", mixed_precision="bf16")
+    encoders = [next(layer for layer in model.run.model.layers if isinstance(layer, bert_tf.BertEncoder))
+                for model in (fp32, bf16)]
+    assert [encoder.word_embeddings.dtype_policy.name for encoder in encoders] == ["float32", "mixed_bfloat16"]
+    pairs = [(row[3], row[4]) for row in read_rows(mrpc / "data" / "test.tsv")[1:]]
+    expected, got = fp32.predict(pairs), bf16.predict(pairs)
+    gap = np.abs(np.array([r.probabilities for r in got]) - [r.probabilities for r in expected])
+    assert 0 < gap.max() < 2e-2
+    margin = np.abs(np.diff([r.probabilities for r in expected], axis=1))[:, 0]
+    assert all(a.label == b.label for a, b, m in zip(expected, got, margin) if m > 2 * gap.max())
+    vectors = bf16.embed(["A text.", "Another one."], "mean")
+    assert all(v.dtype == np.float32 for v in vectors)
+    np.testing.assert_allclose(vectors, fp32.embed(["A text.", "Another one."], "mean"), atol=0.1)
+    write_rows(tmp_path / "pairs.tsv", [list(pair) for pair in pairs])
+    status, err = run_batch(capsys, mrpc / "out", tmp_path / "pairs.tsv", tmp_path / "bf16.jsonl", "--mixed_precision=bf16")
+    assert status == 0, err
+    assert [r["probabilities"] for r in read_jsonl(tmp_path / "bf16.jsonl")] == [list(r.probabilities) for r in got]
+    with pytest.raises(BertTfError, match=r"^Unknown --mixed_precision 'fp8'; use one of none, bf16, fp16\.$"):
+        load_task_model(mrpc / "out", mixed_precision="fp8")
+
+
 # === Bad input: one sentence each ===
 def test_a_context_without_wordpieces_has_no_windows():
     from fine_tune.squad.features import max_context_masks
