@@ -366,6 +366,7 @@ def bench_task(task: str, args: argparse.Namespace) -> dict:
     import torch
 
     import bert_tf
+
     cache = pathlib.Path(args.cache_dir) / task
     run_dir, fine_tuning = fine_tuned_run(task, pathlib.Path(args.cache_dir), args.train_rows)
     export_info = saved_model(run_dir, cache / "saved_model")
@@ -383,7 +384,8 @@ def bench_task(task: str, args: argparse.Namespace) -> dict:
         "hf": hf_predict(hf_model, tokenizer, labels, bf16=False),
         "hf_bf16": hf_predict(hf_model, tokenizer, labels, bf16=True),
         "ours_predictor": ours_predict(classifier),
-        "ours_predictor_bf16": ours_predict(bert_tf.load_task_model(run_dir, batch_size=BATCH, mixed_precision="bf16")),
+        "ours_predictor_bf16": ours_predict(
+            bert_tf.load_task_model(run_dir, batch_size=BATCH, mixed_precision="bf16")),
         **children,
     }
     try:

@@ -35,7 +35,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -44,7 +44,7 @@ from absl.flags import FlagValues
 from bert_tf import hub_export, tokenization
 from bert_tf.errors import BertTfError
 from bert_tf.flags import Flag, flag_values, require, run_main
-from bert_tf.hub_export import save_atomically
+from bert_tf.hub_export import save_atomically, serving_function
 from bert_tf.preprocessing import BertPreprocessor
 from fine_tune.run_dir import LoadedRun, load_run
 from fine_tune.squad.serving import SpanAnswerer
@@ -64,13 +64,6 @@ def task_inputs(run: LoadedRun) -> tuple[str, ...]:
 
 
 # === The exported module ===
-def serving_function(function: Callable, specs: list[tf.TensorSpec]) -> Callable:
-    """`function` as the export's `tf.function`, without autograph: the graphs are plain TF
-    ops (no Python control flow on tensors), and converting every function they call was
-    most of the SQuAD graph's first trace (9 of 13 s)."""
-    return tf.function(function, input_signature=specs, autograph=False)
-
-
 class ClassifierExport(tf.Module):
     """Strings to label, label id and probabilities (or a score), as one module to save."""
 

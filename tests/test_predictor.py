@@ -321,7 +321,8 @@ def test_bf16_predicts_in_bfloat16_near_float32(mrpc, capsys, tmp_path):
     assert all(v.dtype == np.float32 for v in vectors)
     np.testing.assert_allclose(vectors, fp32.embed(["A text.", "Another one."], "mean"), atol=0.1)
     write_rows(tmp_path / "pairs.tsv", [list(pair) for pair in pairs])
-    status, err = run_batch(capsys, mrpc / "out", tmp_path / "pairs.tsv", tmp_path / "bf16.jsonl", "--mixed_precision=bf16")
+    status, err = run_batch(capsys, mrpc / "out", tmp_path / "pairs.tsv", tmp_path / "bf16.jsonl",
+                            "--mixed_precision=bf16")
     assert status == 0, err
     assert [r["probabilities"] for r in read_jsonl(tmp_path / "bf16.jsonl")] == [list(r.probabilities) for r in got]
     with pytest.raises(BertTfError, match=r"^Unknown --mixed_precision 'fp8'; use one of none, bf16, fp16\.$"):

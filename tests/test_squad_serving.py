@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bert_tf.hub_export import serving_function
 from bert_tf.preprocessing import BertPreprocessor
 from bert_tf.tokenization import FullTokenizer
-from fine_tune.export import serving_function
 from fine_tune.predictor import Answer, answer_of
 from fine_tune.squad.features import SpanFeaturiser
 from fine_tune.squad.postprocess import PostprocessConfig, predict_examples
@@ -80,7 +80,8 @@ def serving(model, config: PostprocessConfig, vocab: str):
 
 
 def graph_answers(pairs, config: PostprocessConfig, model=fake_model, vocab=UNCASED) -> dict[str, list]:
-    outputs = serving(model, config, vocab)(tf.constant([q for q, _ in pairs], tf.string), tf.constant([c for _, c in pairs], tf.string))
+    questions, contexts = (tf.constant([pair[i] for pair in pairs], tf.string) for i in (0, 1))
+    outputs = serving(model, config, vocab)(questions, contexts)
     return {key: value.numpy().tolist() for key, value in outputs.items()}
 
 
