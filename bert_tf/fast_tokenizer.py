@@ -40,9 +40,14 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import os
+import pathlib
+import sys
 import unicodedata
+import zipfile
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -50,6 +55,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_tf import tokenization
+from bert_tf.feature_writers import atomic_outputs
 
 _NUM_CODE_POINTS = 0x110000
 _SURROGATES = range(0xD800, 0xE000)
@@ -194,22 +200,28 @@ def _char_class(code_points: Iterable[int]) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _string_path_classes() -> tuple[str, str]:
-    """RE2 classes of the characters the original cleans away, and of the Mn marks."""
+def _string_path_code_points() -> tuple[np.ndarray, np.ndarray]:
+    """The characters the original cleans away, and the Mn marks."""
     cleaned = [cp for cp, pieces in _pieces(False).items() if not pieces]
     marks = [cp for cp in _code_points_to_compute() if unicodedata.category(chr(cp)) == "Mn"]
-    return _char_class(cleaned), _char_class(marks)
+    return np.array(cleaned, np.int32), np.array(marks, np.int32)
 
 
-def _normalize_strings(texts: tf.Tensor, do_lower_case: bool) -> tf.Tensor:
-    """The string path's normalisation: clean, then lower-case + NFD + strip Mn.
+def _string_path_classes(cleaned: np.ndarray, marks: np.ndarray) -> tuple[str, str]:
+    """RE2 classes of `_string_path_code_points`."""
+    return _char_class(cleaned.tolist()), _char_class(marks.tolist())
+
+
+def _normalize_strings(texts: tf.Tensor, do_lower_case: bool, classes: tuple[str, str]) -> tf.Tensor:
+    """The string path's normalisation: clean, then lower-case + NFD + strip Mn
+    (`classes`: `_string_path_classes`).
 
     Texts must be valid UTF-8. Lower-casing ASCII texts needs neither ICU nor NFD.
     ICU lower-cases for the process's locale: ASCII letters are lower-cased before it
     sees them, so that its Turkish rule (I to dotless ı) never applies; its other
     locale rules (Lithuanian, and Turkish İ) only add or drop marks, which are stripped.
     """
-    cleaned, marks = _string_path_classes()
+    cleaned, marks = classes
     # Also removes NUL, before ICU's lower-casing would stop at it.
     texts = tf.strings.regex_replace(texts, cleaned, "")
     if not do_lower_case:
@@ -226,7 +238,8 @@ def _probe_words(probes: list[str], do_lower_case: bool) -> list[str]:
     """The words the string path cuts each probe into, joined by spaces."""
     # Every word becomes one token (no "##" piece matches), so offsets give the words.
     splitter = tf_text.FastWordpieceTokenizer(vocab=["[UNK]", "a"], no_pretokenization=False)
-    normalized = _normalize_strings(tf.constant(probes), do_lower_case)
+    classes = _string_path_classes(*_string_path_code_points())
+    normalized = _normalize_strings(tf.constant(probes), do_lower_case, classes)
     _, starts, ends = splitter.tokenize_with_offsets(normalized)
     words = tf.strings.substr(
         tf.gather(normalized, starts.value_rowids()), starts.flat_values, ends.flat_values - starts.flat_values
@@ -260,6 +273,60 @@ def _unsafe_code_points(do_lower_case: bool, chunk: int = 256) -> tuple[int, ...
     if do_lower_case:
         unsafe.update(_context_code_points())
     return tuple(sorted(unsafe))
+
+
+# ---------------------------------------------------------------------------------------
+# The tables on disk. Computing them takes seconds (Python over every code point, then
+# the probe through TensorFlow's ops), every process, for every export and every
+# preprocessing layer; they depend only on the Python, TensorFlow and tensorflow-text
+# that compute them and on this module and `tokenization`, all in the file's name.
+
+_TABLE_NAMES = ("unsafe", "table", "expansion_starts", "expansion_lengths", "expansion_values", "cleaned", "marks")
+_REORDER_NAMES = ("nfd_keys", "nfd_starts", "nfd_lengths", "nfd_values", "mark_keys", "mark_values")
+
+
+def cache_dir() -> pathlib.Path:
+    """Where the tables are kept: `$BERT_TF_CACHE`, else `$XDG_CACHE_HOME/bert_tf`, else
+    `~/.cache/bert_tf`."""
+    if os.environ.get("BERT_TF_CACHE"):
+        return pathlib.Path(os.environ["BERT_TF_CACHE"])
+    return pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "bert_tf"
+
+
+def _tables_file(do_lower_case: bool) -> pathlib.Path:
+    sources = b"".join(pathlib.Path(module.__file__).read_bytes() for module in (tokenization, sys.modules[__name__]))
+    versions = f"{sys.version}|{unicodedata.unidata_version}|{tf.__version__}|{tf_text.__version__}".encode()
+    digest = hashlib.sha256(versions + sources).hexdigest()[:16]
+    return cache_dir() / f"fast_tokenizer_{'uncased' if do_lower_case else 'cased'}_{digest}.npz"
+
+
+def _compute_tables(do_lower_case: bool) -> dict[str, np.ndarray]:
+    table, expansions = _tables(do_lower_case)
+    arrays = [np.array(_unsafe_code_points(do_lower_case), np.int32), table, *expansions, *_string_path_code_points()]
+    if do_lower_case:
+        keys, nfd, mark_keys, mark_values = _reorder_tables()
+        arrays += [keys, *nfd, mark_keys, mark_values]
+    return dict(zip(_TABLE_NAMES + _REORDER_NAMES, arrays))
+
+
+@functools.lru_cache(maxsize=2)
+def _construction_tables(do_lower_case: bool) -> dict[str, np.ndarray]:
+    """Every table the constructor needs: from the cache file, else computed and written
+    there, atomically (an unreadable file is computed again; a folder that cannot be
+    written only costs the seconds again)."""
+    path = _tables_file(do_lower_case)
+    names = _TABLE_NAMES + (_REORDER_NAMES if do_lower_case else ())
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            return {name: stored[name] for name in names}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
+        pass
+    tables = _compute_tables(do_lower_case)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_outputs([str(path)]) as (temporary,), open(temporary, "wb") as handle:
+            np.savez(handle, **tables)  # (a file name would get ".npz" appended)
+    return tables
 
 
 def _static_table(keys: np.ndarray, values: np.ndarray, default: int) -> tf.lookup.StaticHashTable:
@@ -317,8 +384,10 @@ def _shifted_right(x: tf.Tensor, first: bool | int) -> tf.Tensor:
 class FastBertTokenizer(tf.Module):
     """Batched, exact BERT tokenization: strings `[batch]` to ids `[batch, (tokens)]`.
 
-    Construction takes a few seconds (the tables and the probe of every code point,
-    shared by later instances); a SavedModel of it loads without that.
+    The first construction for a Python, TensorFlow and tensorflow-text takes a few
+    seconds (the tables and the probe of every code point); the tables are then kept
+    in `cache_dir()` (`$BERT_TF_CACHE`, default `~/.cache/bert_tf`), which later
+    processes read in milliseconds. A SavedModel of it loads without either.
 
     Args:
         vocab_file: a BERT `vocab.txt`.
@@ -340,7 +409,9 @@ class FastBertTokenizer(tf.Module):
         # String path. A word of at most `max_input_chars_per_word` bytes has at most
         # that many characters; a longer one comes out as [UNK] and is re-judged by
         # the exact path.
-        self._safe_pattern = "[^" + _char_class(_unsafe_code_points(do_lower_case))[1:] + "*"
+        tables = _construction_tables(do_lower_case)
+        self._safe_pattern = "[^" + _char_class(tables["unsafe"].tolist())[1:] + "*"
+        self._classes = _string_path_classes(tables["cleaned"], tables["marks"])
         self._end_to_end = tf_text.FastWordpieceTokenizer(
             vocab=wordpiece_vocab,
             max_bytes_per_word=max_input_chars_per_word,
@@ -348,18 +419,17 @@ class FastBertTokenizer(tf.Module):
             unknown_token=self.unk_token,
         )
         # Exact path.
-        table, (starts, lengths, values) = _tables(do_lower_case)
-        self._table = tf.constant(table)
-        self._expansion_starts = tf.constant(starts)
-        self._expansion_lengths = tf.constant(lengths)
-        self._expansion_values = tf.constant(values)
+        self._table = tf.constant(tables["table"])
+        self._expansion_starts = tf.constant(tables["expansion_starts"])
+        self._expansion_lengths = tf.constant(tables["expansion_lengths"])
+        self._expansion_values = tf.constant(tables["expansion_values"])
         if do_lower_case:
-            keys, (starts, lengths, values), mark_keys, mark_values = _reorder_tables()
+            keys = tables["nfd_keys"]
             self._nfd_index = _static_table(keys, np.arange(len(keys), dtype=np.int64), -1)
-            self._nfd_starts = tf.constant(starts)
-            self._nfd_lengths = tf.constant(lengths)
-            self._nfd_values = tf.constant(values)
-            self._marks = _static_table(mark_keys, mark_values, 0)
+            self._nfd_starts = tf.constant(tables["nfd_starts"])
+            self._nfd_lengths = tf.constant(tables["nfd_lengths"])
+            self._nfd_values = tf.constant(tables["nfd_values"])
+            self._marks = _static_table(tables["mark_keys"], tables["mark_values"], 0)
         self._wordpiece = tf_text.FastWordpieceTokenizer(
             vocab=wordpiece_vocab,
             # The exact path applies the character limit itself, before this; the byte
@@ -397,7 +467,7 @@ class FastBertTokenizer(tf.Module):
 
     def _string_path_ids(self, texts: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
         """The ids of the string path, and which texts it could not judge."""
-        normalized = _normalize_strings(texts, self.do_lower_case)
+        normalized = _normalize_strings(texts, self.do_lower_case, self._classes)
         ids, starts, ends = self._end_to_end.tokenize_with_offsets(normalized)
         too_long = tf.equal(ids.flat_values, self._unk_id) & (
             ends.flat_values - starts.flat_values > self.max_input_chars_per_word

@@ -21,6 +21,7 @@ import json
 import unicodedata
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bert_tf.errors import BertTfError
@@ -366,10 +367,11 @@ def test_corpora_exact_path(corpora, vocab):
 
 LOCALE_SCRIPT = """
 import tensorflow as tf
-from bert_tf.fast_tokenizer import _normalize_strings
+from bert_tf.fast_tokenizer import _normalize_strings, _string_path_classes, _string_path_code_points
 from bert_tf.tokenization import lower_and_strip_accents
 texts = ["Iñtërnâtiônàlizætiøn İstanbul", "IİıiÌĮ́ J̇ I\u0307", "ΙΣ Ii"]
-got = [t.decode() for t in _normalize_strings(tf.constant(texts), do_lower_case=True).numpy()]
+classes = _string_path_classes(*_string_path_code_points())
+got = [t.decode() for t in _normalize_strings(tf.constant(texts), True, classes).numpy()]
 assert got == [lower_and_strip_accents(t) for t in texts], got
 """
 
@@ -398,3 +400,72 @@ def test_fast_tokenizer_in_dataset_and_saved_model(tmp_path):
     restored = tf.saved_model.load(str(tmp_path / "saved"))
     assert restored(tf.constant(texts)).to_list() == expected
     assert tokenizer.tokenize_to_ids(texts) == expected
+
+
+# === The tables' disk cache ===
+CACHE_SCRIPT = """
+import time
+from bert_tf import fast_tokenizer
+computed, compute = [], fast_tokenizer._compute_tables
+fast_tokenizer._compute_tables = lambda lower: computed.append(lower) or compute(lower)
+start = time.perf_counter()
+fast_tokenizer.FastBertTokenizer({vocab!r}, do_lower_case={lower})
+print(time.perf_counter() - start, len(computed))
+"""
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_tables_are_computed_once_then_read_from_the_cache(project, tmp_path, lower):
+    """A fresh process computes the tables and writes them to $BERT_TF_CACHE; the next one reads them and
+    computes nothing; the two tokenize alike (the corpora tests above run on whichever this machine has)."""
+    from bert_tf import fast_tokenizer
+
+    vocab = _write_vocab(tmp_path, SMALL_VOCAB)
+    script = CACHE_SCRIPT.format(vocab=str(vocab), lower=lower)
+    env = {"BERT_TF_CACHE": str(tmp_path / "cache")}
+    runs = [project.run("-c", script, env=env) for _ in range(2)]
+    assert all(run.returncode == 0 for run in runs), runs[-1].stderr[-2000:]
+    (first, computed), (second, again) = (run.stdout.split()[-2:] for run in runs)
+    assert (computed, again) == ("1", "0")
+    assert float(second) < float(first) / 2, (first, second)
+    written = list((tmp_path / "cache").iterdir())
+    assert [path.name for path in written] == [fast_tokenizer._tables_file(lower).name]  # nothing temporary left
+    with np.load(written[0]) as stored:
+        computed_here = fast_tokenizer._compute_tables(lower)
+        assert sorted(stored.files) == sorted(computed_here)
+        for name, array in computed_here.items():
+            np.testing.assert_array_equal(stored[name], array, err_msg=name)
+
+
+def test_a_damaged_or_unwritable_cache_costs_only_the_time(tmp_path, monkeypatch):
+    """A truncated cache file is computed again and replaced; a cache folder that cannot be created
+    leaves the tokenizer working, as without a cache."""
+    from bert_tf import fast_tokenizer
+
+    vocab = _write_vocab(tmp_path, SMALL_VOCAB)
+    expected = fast_tokenizer.FastBertTokenizer(vocab).tokenize_to_ids(["UNaffable, Unaffäble!"])
+    monkeypatch.setenv("BERT_TF_CACHE", str(tmp_path / "cache"))
+    path = fast_tokenizer._tables_file(True)
+    path.parent.mkdir()
+    path.write_bytes(b"PK\x03\x04 cut off")
+    fast_tokenizer._construction_tables.cache_clear()
+    assert fast_tokenizer.FastBertTokenizer(vocab).tokenize_to_ids(["UNaffable, Unaffäble!"]) == expected
+    with np.load(path) as stored:
+        assert "unsafe" in stored.files
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("BERT_TF_CACHE", str(tmp_path / "file" / "cache"))
+    fast_tokenizer._construction_tables.cache_clear()
+    assert fast_tokenizer.FastBertTokenizer(vocab).tokenize_to_ids(["UNaffable, Unaffäble!"]) == expected
+    fast_tokenizer._construction_tables.cache_clear()  # later tests: the default folder's tables
+
+
+def test_the_cache_file_names_every_version_it_depends_on(monkeypatch):
+    from bert_tf import fast_tokenizer
+
+    names = {fast_tokenizer._tables_file(True).name, fast_tokenizer._tables_file(False).name}
+    for module, attribute in ((fast_tokenizer.tf, "__version__"), (fast_tokenizer.tf_text, "__version__"),
+                              (fast_tokenizer.sys, "version"), (fast_tokenizer.unicodedata, "unidata_version")):
+        with monkeypatch.context() as patch:
+            patch.setattr(module, attribute, "0.0")
+            assert fast_tokenizer._tables_file(True).name not in names, (module, attribute)
+    assert len(names) == 2
