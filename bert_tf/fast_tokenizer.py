@@ -325,7 +325,7 @@ def _construction_tables(do_lower_case: bool) -> dict[str, np.ndarray]:
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_outputs([str(path)]) as (temporary,), open(temporary, "wb") as handle:
-            np.savez(handle, **tables)  # (a file name would get ".npz" appended)
+            np.savez_compressed(handle, **tables)  # (a file name would get ".npz" appended)
     return tables
 
 
