@@ -10,9 +10,10 @@ Each text takes one of two paths, both exact:
   characters the original cleans away; for uncased vocabularies ICU lower-casing,
   NFD and RE2 removal of the Mn marks) and then `tf_text.FastWordpieceTokenizer`,
   which splits words on whitespace, punctuation and CJK itself, in C++. These ops
-  follow ICU's and RE2's Unicode versions and rules, not Python's; so at construction
-  every code point is run through them in the probe `a<c>a` and compared with what
-  the original makes of it. The code points that disagree (new characters that one
+  follow ICU's and RE2's Unicode versions and rules, not Python's; so every code
+  point is run through them in the probe `a<c>a` and compared with what the original
+  makes of it (at the first construction for a Python, TensorFlow and tensorflow-text
+  build and locale; the tables are then read from a cache file, see `cache_dir`). The code points that disagree (new characters that one
   Unicode version knows and the other doesn't), together with the two cases where the
   original is not "one character at a time" (the final sigma of `str.lower()`, and NFD
   reordering of non-Mn combining marks), send a text to the exact path. So do invalid
@@ -46,8 +47,8 @@ import hashlib
 import os
 import pathlib
 import sys
+import tempfile
 import unicodedata
-import zipfile
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -55,7 +56,6 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_tf import tokenization
-from bert_tf.feature_writers import atomic_outputs
 
 _NUM_CODE_POINTS = 0x110000
 _SURROGATES = range(0xD800, 0xE000)
@@ -80,7 +80,7 @@ _EXPAND_OR_DELETED = _DELETED << _KIND_SHIFT  # Masked entries at or above this 
 
 
 # ---------------------------------------------------------------------------------------
-# Tables, computed once per process from Python's `unicodedata`.
+# Tables, computed from Python's `unicodedata` (once per build: see the cache below).
 
 
 @functools.lru_cache(maxsize=1)
@@ -278,26 +278,53 @@ def _unsafe_code_points(do_lower_case: bool, chunk: int = 256) -> tuple[int, ...
 # ---------------------------------------------------------------------------------------
 # The tables on disk. Computing them takes seconds (Python over every code point, then
 # the probe through TensorFlow's ops), every process, for every export and every
-# preprocessing layer; they depend only on the Python, TensorFlow and tensorflow-text
-# that compute them and on this module and `tokenization`, all in the file's name.
+# preprocessing layer. They depend only on the code that computes them, the Python that
+# runs it, and the TensorFlow / tensorflow-text builds whose ops the probe asks (and the
+# locale, which ICU reads): all of these are in the file's name. A missing, damaged or unwritable cache only costs the
+# seconds again: it is never an error.
 
-_TABLE_NAMES = ("unsafe", "table", "expansion_starts", "expansion_lengths", "expansion_values", "cleaned", "marks")
+_ARRAY_NAMES = ("unsafe", "table", "expansion_starts", "expansion_lengths", "expansion_values", "cleaned", "marks")
 _REORDER_NAMES = ("nfd_keys", "nfd_starts", "nfd_lengths", "nfd_values", "mark_keys", "mark_values")
 
 
+def _source_digest() -> str | None:
+    """The sources of the code that computes the tables, as imported: hashed at import, so
+    that a file edited under a running process cannot name tables its old code computed."""
+    try:
+        sources = [pathlib.Path(path).read_bytes() for path in (tokenization.__file__, __file__)]
+    except (OSError, TypeError):  # Frozen or zip-imported: no cache.
+        return None
+    return hashlib.sha256(b"\0".join(sources)).hexdigest()
+
+
+_SOURCE_DIGEST = _source_digest()
+
+
 def cache_dir() -> pathlib.Path:
-    """Where the tables are kept: `$BERT_TF_CACHE`, else `$XDG_CACHE_HOME/bert_tf`, else
-    `~/.cache/bert_tf`."""
+    """Where the tables are kept: `$BERT_TF_CACHE`, else `$XDG_CACHE_HOME/bert_tf` (if
+    absolute), else `~/.cache/bert_tf`."""
     if os.environ.get("BERT_TF_CACHE"):
         return pathlib.Path(os.environ["BERT_TF_CACHE"])
-    return pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "bert_tf"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (pathlib.Path(xdg) if os.path.isabs(xdg) else pathlib.Path.home() / ".cache") / "bert_tf"
 
 
-def _tables_file(do_lower_case: bool) -> pathlib.Path:
-    sources = b"".join(pathlib.Path(module.__file__).read_bytes() for module in (tokenization, sys.modules[__name__]))
-    versions = f"{sys.version}|{unicodedata.unidata_version}|{tf.__version__}|{tf_text.__version__}".encode()
-    digest = hashlib.sha256(versions + sources).hexdigest()[:16]
-    return cache_dir() / f"fast_tokenizer_{'uncased' if do_lower_case else 'cased'}_{digest}.npz"
+def _tables_file(do_lower_case: bool) -> pathlib.Path | None:
+    """The cache file of these tables, or None where there can be none."""
+    if _SOURCE_DIGEST is None:
+        return None
+    locale = [os.environ.get(name, "") for name in ("LC_ALL", "LC_CTYPE", "LANG")]
+    builds = (sys.version, tf.__version__, tf.version.GIT_VERSION, tf_text.__version__, *locale, _SOURCE_DIGEST)
+    digest = hashlib.sha256("|".join(builds).encode()).hexdigest()[:16]
+    try:
+        folder = cache_dir()
+    except RuntimeError:  # No home directory (no $HOME, a uid without a passwd entry).
+        return None
+    return folder / f"fast_tokenizer_{'uncased' if do_lower_case else 'cased'}_{digest}.npz"
+
+
+def _table_names(do_lower_case: bool) -> tuple[str, ...]:
+    return _ARRAY_NAMES + (_REORDER_NAMES if do_lower_case else ())
 
 
 def _compute_tables(do_lower_case: bool) -> dict[str, np.ndarray]:
@@ -306,26 +333,45 @@ def _compute_tables(do_lower_case: bool) -> dict[str, np.ndarray]:
     if do_lower_case:
         keys, nfd, mark_keys, mark_values = _reorder_tables()
         arrays += [keys, *nfd, mark_keys, mark_values]
-    return dict(zip(_TABLE_NAMES + _REORDER_NAMES, arrays))
+    return dict(zip(_table_names(do_lower_case), arrays, strict=True))
+
+
+def _read_tables(path: pathlib.Path, do_lower_case: bool) -> dict[str, np.ndarray] | None:
+    """The tables of a cache file, or None if it is missing, damaged or not of this shape."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            tables = {name: stored[name] for name in _table_names(do_lower_case)}
+    except Exception:  # noqa: BLE001 (zip, zlib, numpy and OS errors alike: recompute)
+        return None
+    return tables if tables["table"].shape == (_NUM_CODE_POINTS,) else None
+
+
+def _write_tables(path: pathlib.Path, tables: dict[str, np.ndarray]) -> None:
+    """Writes under a unique temporary name beside `path`, then renames: a reader sees the
+    whole file or none, and two writers (even with the same pid, in two containers
+    sharing the folder) never write into the same file."""
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                np.savez_compressed(file, **tables)  # (a file name would get ".npz" appended)
+            os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from the folder's other users
+            os.replace(temporary, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(temporary)
 
 
 @functools.lru_cache(maxsize=2)
 def _construction_tables(do_lower_case: bool) -> dict[str, np.ndarray]:
-    """Every table the constructor needs: from the cache file, else computed and written
-    there, atomically (an unreadable file is computed again; a folder that cannot be
-    written only costs the seconds again)."""
+    """Every table the constructor needs: from the cache file, else computed (and written there)."""
     path = _tables_file(do_lower_case)
-    names = _TABLE_NAMES + (_REORDER_NAMES if do_lower_case else ())
-    try:
-        with np.load(path, allow_pickle=False) as stored:
-            return {name: stored[name] for name in names}
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
-        pass
-    tables = _compute_tables(do_lower_case)
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_outputs([str(path)]) as (temporary,), open(temporary, "wb") as handle:
-            np.savez_compressed(handle, **tables)  # (a file name would get ".npz" appended)
+    tables = _read_tables(path, do_lower_case) if path is not None else None
+    if tables is None:
+        tables = _compute_tables(do_lower_case)
+        if path is not None:
+            _write_tables(path, tables)
     return tables
 
 
