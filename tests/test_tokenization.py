@@ -403,36 +403,32 @@ def test_fast_tokenizer_in_dataset_and_saved_model(tmp_path):
 
 
 # === The tables' disk cache ===
-CACHE_SCRIPT = """
-from bert_tf import fast_tokenizer
-computed, compute = [], fast_tokenizer._compute_tables
-fast_tokenizer._compute_tables = lambda lower: computed.append(lower) or compute(lower)
-fast_tokenizer.FastBertTokenizer({vocab!r}, do_lower_case={lower})
-print(len(computed))
-"""
 TEXT = ["UNaffable, Unaffäble! ΣΑΣ"]
 
 
 @pytest.mark.parametrize("lower", [True, False])
-def test_tables_are_computed_once_then_read_from_the_cache(project, tmp_path, lower):
-    """A fresh process computes the tables and writes them to $BERT_TF_CACHE; the next one reads them and
-    computes nothing. The file holds exactly the computed arrays (the corpora tests above run on whichever
-    this machine has)."""
+def test_tables_are_computed_once_then_read_from_the_cache(tmp_path, monkeypatch, lower):
+    """The first construction computes the tables and writes them to $BERT_TF_CACHE; a later one (the
+    in-memory copy dropped, as in a new process) reads them and computes nothing. The file holds exactly
+    the computed arrays (the corpora tests above run on whichever this machine has)."""
     from bert_tf import fast_tokenizer
 
-    script = CACHE_SCRIPT.format(vocab=str(_write_vocab(tmp_path, SMALL_VOCAB)), lower=lower)
-    env = {"BERT_TF_CACHE": str(tmp_path / "cache")}
-    computed = []
+    vocab = _write_vocab(tmp_path, SMALL_VOCAB)
+    monkeypatch.setenv("BERT_TF_CACHE", str(tmp_path / "cache"))
+    computed, compute = [], fast_tokenizer._compute_tables
+    monkeypatch.setattr(fast_tokenizer, "_compute_tables", lambda do_lower_case: computed.append(do_lower_case)
+                        or compute(do_lower_case))  # fmt: skip
+    ids = []
     for _ in range(2):
-        run = project.run("-c", script, env=env)
-        assert run.returncode == 0, run.stderr[-2000:]
-        computed.append(run.stdout.split()[-1])
-    assert computed == ["1", "0"]
+        fast_tokenizer._construction_tables.cache_clear()
+        ids.append(fast_tokenizer.FastBertTokenizer(vocab, do_lower_case=lower).tokenize_to_ids(TEXT))
+    fast_tokenizer._construction_tables.cache_clear()  # later tests: the default folder's tables
+    assert computed == [lower] and ids[0] == ids[1]
     written = list((tmp_path / "cache").iterdir())
     assert [path.name for path in written] == [fast_tokenizer._tables_file(lower).name]  # nothing temporary left
     assert oct(written[0].stat().st_mode & 0o777) == "0o644"
     with np.load(written[0]) as stored:
-        computed_here = fast_tokenizer._compute_tables(lower)
+        computed_here = compute(lower)
         assert sorted(stored.files) == sorted(computed_here)
         for name, array in computed_here.items():
             np.testing.assert_array_equal(stored[name], array, err_msg=name)
