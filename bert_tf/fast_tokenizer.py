@@ -15,8 +15,9 @@ Each text takes one of two paths, both exact:
   makes of it (at the first construction for a Python, TensorFlow and tensorflow-text
   build and locale; the tables are then read from a cache file, see `cache_dir`). The
   code points that disagree (new characters that one Unicode version knows and the
-  other doesn't), together with the two cases where the original is not "one character at a time" (the final sigma of `str.lower()`, and NFD
-  reordering of non-Mn combining marks), send a text to the exact path. So do invalid
+  other doesn't), together with the two cases where the original is not "one
+  character at a time" (the final sigma of `str.lower()`, and NFD reordering of non-Mn
+  combining marks), send a text to the exact path. So do invalid
   UTF-8 and words longer than the length limit in bytes, which the string path cannot
   judge in characters. None of the shared corpora has such a text.
 - The exact path: the text as code points, each looked up in a table computed from
