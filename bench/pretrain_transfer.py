@@ -443,7 +443,8 @@ def fine_tune_once(work: Work, task: Task, init: str, seed: int, args) -> dict:
         f"--task={task.name}", f"--data_dir={data_dir() / task.folder}", f"--output_dir={output}",
         *start, f"--bert_config_file={work.path('finetune_config.json')}",
         f"--vocab_file={work.path('vocab.txt')}", "--do_lower_case", "--do_train", "--do_eval",
-        "--noevaluate_during_training", "--num_train_epochs=3", f"--train_batch_size={args.finetune_batch_size}",
+        "--noevaluate_during_training", f"--num_train_epochs={args.finetune_epochs}",
+        f"--train_batch_size={args.finetune_batch_size}",
         f"--learning_rate={args.finetune_learning_rate}", "--max_seq_length=128", f"--seed={seed}",
         "--adam_bias_correction", "--lr_decay=from_peak", "--eval_batch_size=128", "--iterations_per_loop=100",
         *task.flags,
@@ -456,12 +457,19 @@ def fine_tune_once(work: Work, task: Task, init: str, seed: int, args) -> dict:
     return {"score": score, "scores": scores, "train_seconds": report["train_seconds"]}
 
 
+def finetune_settings(args) -> str:
+    """The fine-tuning settings in a stage's name: runs with other settings in the same
+    work dir (a learning-rate probe after a finished experiment) are new stages, not the old ones."""
+    return f"ep{args.finetune_epochs:g}-b{args.finetune_batch_size}-lr{args.finetune_learning_rate:g}"
+
+
 def fine_tune_all(work: Work, tasks: tuple[Task, ...], inits: tuple[str, ...], args) -> dict:
     results: dict = {}
     for task in tasks:
         for init in inits:
             for seed in range(1, (task.seeds or args.seeds) + 1):
-                record = work.stage(f"finetune-{init}-{task.name}-{seed}", lambda: fine_tune_once(work, task, init, seed, args))
+                name = f"finetune-{init}-{task.name}-{finetune_settings(args)}-{seed}"
+                record = work.stage(name, lambda: fine_tune_once(work, task, init, seed, args))
                 results.setdefault(task.name, {}).setdefault(init, []).append(record["score"])
     return results
 
@@ -528,6 +536,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="Fine-tuning seeds per task and start.")
     parser.add_argument("--finetune_batch_size", type=int, default=32)
     parser.add_argument("--finetune_learning_rate", type=float, default=2e-4)
+    parser.add_argument("--finetune_epochs", type=float, default=3.0, help="A task's own --num_train_epochs wins.")
     parser.add_argument("--tasks", default=None, help="Comma-separated subset of the language's tasks.")
     parser.add_argument("--models", default=None, help="Comma-separated subset of the pre-trained models (en: ours,hf).")
     args = parser.parse_args()
