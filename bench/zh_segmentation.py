@@ -12,8 +12,9 @@ On all the shared Chinese pre-training text (`pretrain/zh/*` through
 - `create_pretraining_data.py` speed (MB/s after start-up, from its --stats_file) on an
   even sample of the documents, default flags: without `--zh_whole_word_mask`, with it
   (this checkout: rjieba), and with it at `--before` (jieba, run from a `git archive`
-  of that commit), round-robin, fastest round. Goal: whole-word masking within 1.5x
-  of the plain path;
+  of that commit), round-robin, fastest round; with `--rjieba_before REF`, also with it
+  at REF (an earlier rjieba path: speed only, its records checked equal to ours).
+  Goal: whole-word masking within 1.5x of the plain path;
 - masking statistics of each (`--dupe_factor=1`, static masking, and the same run with
   `--dynamic_masking` for the word boundaries, whose instances are the same): the
   fraction of tokens masked, the share of tokens that continue a word, and the
@@ -23,7 +24,7 @@ On all the shared Chinese pre-training text (`pretrain/zh/*` through
 
 Prints a table and writes bench/results/zh_segmentation.json.
 
-Usage: python bench/zh_segmentation.py [--rounds 2] [--sample_mb 3] [--before 542a3fb]
+Usage: python bench/zh_segmentation.py [--rounds 2] [--sample_mb 3] [--before 542a3fb] [--rjieba_before REF]
 """
 
 from __future__ import annotations
@@ -209,11 +210,17 @@ def masking_statistics(tree: Path, corpus: Path, work: Path, name: str, words_of
     }
 
 
-def data_generation(sample: Path, before: str, rounds: int, work: Path) -> dict:
+def data_generation(sample: Path, before: str, rounds: int, work: Path, rjieba_before: str | None = None) -> dict:
     old = checkout_at(before, work)
     wwm = ("--zh_whole_word_mask",)
     contenders = {"plain": (REPO_ROOT, ()), "wwm_rjieba": (REPO_ROOT, wwm), f"wwm_jieba@{before}": (old, wwm)}
+    if rjieba_before:  # an earlier rjieba path, for its speed: its records must be ours
+        contenders[f"wwm_rjieba@{rjieba_before}"] = (checkout_at(rjieba_before, work), wwm)
     speed = generation_speed(contenders, sample, rounds, work)
+    if rjieba_before and (work / "wwm_rjieba.tfrecord").read_bytes() != (
+        work / f"wwm_rjieba@{rjieba_before}.tfrecord"
+    ).read_bytes():
+        raise SystemExit(f"--rjieba_before {rjieba_before} wrote other records than this checkout.")
     words = {}
     for tree, name in [(REPO_ROOT, "rjieba"), (old, "jieba")]:
         words[name] = work / f"words_{name}.tfrecord"
@@ -234,6 +241,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--sample_mb", type=float, default=3.0, help="text for the data generation runs")
     parser.add_argument("--before", default="542a3fb", help="a commit whose --zh_whole_word_mask uses jieba")
+    parser.add_argument("--rjieba_before", default=None, help="an earlier commit with rjieba, timed beside (speed only)")
     args = parser.parse_args()
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as folder:
@@ -241,7 +249,8 @@ def main() -> None:
         corpus = chinese_corpus(work)
         lines = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
         segmented = segmentation(lines, args.rounds)
-        generated = data_generation(even_sample(corpus, args.sample_mb, work), args.before, args.rounds, work)
+        generated = data_generation(even_sample(corpus, args.sample_mb, work), args.before, args.rounds, work,
+                                    args.rjieba_before)
     speed = generated["speed"]
     slowdown = speed["plain"]["mb_per_s"] / speed["wwm_rjieba"]["mb_per_s"]
     rows = [
@@ -252,7 +261,7 @@ def main() -> None:
     print_table(rows, ["measure", "jieba", "rjieba"])
     print()
     table = [
-        {"create_pretraining_data": name, "MB/s": figures["mb_per_s"], **generated["masking"][name]}
+        {"create_pretraining_data": name, "MB/s": figures["mb_per_s"], **generated["masking"].get(name, {})}
         for name, figures in speed.items()
     ]
     print_table(table, ["create_pretraining_data", "MB/s", "masked_fraction", "continuation_share", "whole_word_share"])

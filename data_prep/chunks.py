@@ -123,20 +123,19 @@ class ChunkProcessor:
 
     def _tokenize(self, texts: list[list[str]], counts: Counter) -> tuple[list[tuple[PoolDocument, int]], np.ndarray]:
         """Token ids of the chunk's documents in one array; the documents join the pool."""
-        encode = self._encoder.encode
-        flat: list[int] = []
+        # One call for all the chunk's lines: whole-word masking flags them all at once.
+        chunk_ids, lengths = self._encoder.encode_lines([line for lines in texts for line in lines])
         bounds: list[tuple[int, array]] = []
+        line, base = 0, 0
         for lines in texts:
-            base = len(flat)
             starts = array("q", [0])
-            for line in lines:
-                ids = encode(line)
-                if ids:  # as the original: a line without tokens is no sentence
-                    flat += ids
-                    starts.append(len(flat) - base)
+            for length in lengths[line : line + len(lines)].tolist():
+                if length:  # as the original: a line without tokens is no sentence
+                    starts.append(starts[-1] + length)
+            line += len(lines)
             if len(starts) > 1:
                 bounds.append((base, starts))
-        chunk_ids = np.array(flat, dtype=np.int32)
+            base += starts[-1]
         documents = []
         for base, starts in bounds:
             document = PoolDocument(chunk_ids[base : base + starts[-1]], starts)

@@ -8,6 +8,7 @@ masking step finds from the id alone (`continuation_table`).
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 
@@ -48,38 +49,41 @@ def chinese_word_segmenter() -> Callable[[str], list[str]]:
 
 
 # The ranges `is_cjk` tests, as one regex character class: whole words and tokens are
-# then tested in C, not a character at a time in Python (it was most of the time of
-# whole-word masking).
+# then tested in C, not a character at a time in Python.
 _CJK_CLASS = "".join(f"{re.escape(chr(low))}-{re.escape(chr(high))}" for low, high in CJK_RANGES)
 _CJK_WORD = re.compile(f"[{_CJK_CLASS}]{{2,}}")
 _CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
-_CONTINUING_CJK = re.compile(f"(?<=[{_CJK_CLASS}])[{_CJK_CLASS}]")
-_MIXED_WORD = re.compile(f"[{_CJK_CLASS}][^{_CJK_CLASS}\x01]|[^{_CJK_CLASS}\x01][{_CJK_CLASS}]")
-_MARK_CHARACTERS = re.compile("[\x01-\x03]")
-_NOT_A_MARK = re.compile("[^\x02\x03]")
-_MARKS = str.maketrans("\x02\x03", "10")
+WORD_BREAK = "\x01"  # joins the words of a segmentation: no text has it after tokenization
 
 
-def _cjk_character_continuations(words: list[str]) -> str:
-    """"1" for each CJK character of `words` that continues a multi-character all-CJK
-    word, else "0". The words must not hold the characters \\x01-\\x03.
+def is_cjk_code(codes: np.ndarray) -> np.ndarray:
+    """Which code points are CJK ideographs (`is_cjk`), for an array of them."""
+    found = np.zeros(codes.shape, dtype=bool)
+    for low, high in CJK_RANGES:
+        found |= (codes >= low) & (codes <= high)
+    return found
 
-    >>> _cjk_character_continuations(["我", "爱", "北京", "，", "天安门"])
-    '0001011'
-    >>> _cjk_character_continuations(["我", "爱", "T恤", "，", "天安门"])
-    '000011'
+
+def cjk_character_continuations(segmentations: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """For each CJK character of each segmented line, in order: whether it continues a
+    multi-character all-CJK word, and the index of its line. The words must not hold
+    `WORD_BREAK`. All lines in one pass over their code points, not a step per word.
+
+    >>> flags, lines = cjk_character_continuations([["我", "爱", "北京"], ["T恤", "，", "天安门"]])
+    >>> flags.astype(int).tolist(), lines.tolist()
+    ([0, 0, 0, 1, 0, 0, 1, 1], [0, 0, 0, 0, 1, 1, 1, 1])
     """
-    joined = "\x01".join(words)
-    if _MIXED_WORD.search(joined):  # a word of CJK and other characters ("T恤"): a word at a time
-        return "".join(
-            "0" + "1" * (len(word) - 1) if _CJK_WORD.fullmatch(word) else "0" * len(_CJK_CHAR.findall(word))
-            for word in words
-        )
-    # Otherwise a CJK character continues a word exactly when a CJK character precedes it
-    # in the same word: two regex passes mark continuing (\x02) and other (\x03) CJK
-    # characters, in C rather than a Python step per word.
-    marked = _CJK_CHAR.sub("\x03", _CONTINUING_CJK.sub("\x02", joined))
-    return _NOT_A_MARK.sub("", marked).translate(_MARKS)
+    joined = [WORD_BREAK.join(words) for words in segmentations]
+    codes = np.frombuffer(WORD_BREAK.join(joined).encode("utf-32-le"), dtype=np.uint32)
+    cjk = is_cjk_code(codes)
+    word = np.cumsum(codes == ord(WORD_BREAK))  # a line's end is a word's end too
+    # A CJK character continues a word when one precedes it in the same word (the break
+    # is not CJK), unless the word also holds other characters ("T恤"): those continue none.
+    other = ~cjk & (codes != ord(WORD_BREAK))
+    mixed = (np.bincount(word, weights=other) > 0) & (np.bincount(word, weights=cjk) > 0)
+    continues = cjk & np.concatenate(([False], cjk[:-1])) & ~mixed[word]
+    line = np.repeat(np.arange(len(joined)), [len(text) + 1 for text in joined])[: len(codes)]
+    return continues[cjk], line[cjk]
 
 
 def chinese_continuations(text: str, tokens: list[str], words: list[str]) -> list[bool]:
@@ -124,11 +128,12 @@ class SentenceEncoder:
         self._vocab = tokenizer.vocab
         self._zh_segmenter = zh_segmenter
         self._tokens = tokenizer.inv_vocab
-        # Ids of the single-character CJK tokens, for whole-word masking's fast path.
-        self._cjk_ids = frozenset(index for index, token in self._tokens.items() if _CJK_CHAR.fullmatch(token))
+        # `table[id]`: the token is a single CJK character, for whole-word masking's fast path.
+        self._cjk_id_table = np.zeros(max(self._tokens) + 1, dtype=bool)
+        self._cjk_id_table[[index for index, token in self._tokens.items() if _CJK_CHAR.fullmatch(token)]] = True
         self._cache: dict[str, list[int]] = {}
 
-    def encode(self, text: str) -> list[int]:
+    def _ids(self, text: str) -> list[int]:
         cache = self._cache
         ids: list[int] = []
         for word in self._tokenizer.basic_tokenizer.tokenize(text):
@@ -139,9 +144,23 @@ class SentenceEncoder:
                 pieces = self._tokenizer.wordpiece_tokenizer.tokenize_words((word,))
                 word_ids = cache[word] = [self._vocab[piece] for piece in pieces]
             ids += word_ids
-        if self._zh_segmenter is not None and ids:
-            return self._with_chinese_continuations(text, ids)
         return ids
+
+    def encode(self, text: str) -> list[int]:
+        """The line's ids; with a segmenter, CJK word continuations carry `CONTINUATION_FLAG`."""
+        if self._zh_segmenter is None:
+            return self._ids(text)
+        return self.encode_lines([text])[0].tolist()
+
+    def encode_lines(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All lines' ids in one int32 array (continuations flagged, with a segmenter), and
+        each line's number of ids."""
+        per_line = [self._ids(line) for line in lines]
+        lengths = np.fromiter(map(len, per_line), dtype=np.int64, count=len(per_line))
+        ids = np.fromiter(itertools.chain.from_iterable(per_line), dtype=np.int32, count=int(lengths.sum()))
+        if self._zh_segmenter is not None and len(ids):
+            self._flag_chinese_continuations(ids, lines, lengths)
+        return ids, lengths
 
     def _clear_caches(self) -> None:
         self._cache.clear()
@@ -150,17 +169,29 @@ class SentenceEncoder:
         wordpiece = self._tokenizer.wordpiece_tokenizer
         wordpiece.max_input_chars_per_word = wordpiece.max_input_chars_per_word
 
-    def _with_chinese_continuations(self, text: str, ids: list[int]) -> list[int]:
-        words = self._zh_segmenter(text)
-        cjk_ids, tokens = self._cjk_ids, self._tokens
-        continues = None if _MARK_CHARACTERS.search(text) else _cjk_character_continuations(words)
-        # Fast path: as many single-character CJK tokens as the text has CJK characters (none
-        # became [UNK]), so the k-th such token is the k-th character and takes its flag. This
-        # is what `chinese_continuations` computes, without searching the text for each token
-        # (it differs only at a compatibility ideograph, which the tokenizer normalises: that
-        # search misses it, and this path gives it the flag of its own word).
-        if continues is not None and sum(map(cjk_ids.__contains__, ids)) == len(continues):
-            flag, each = CONTINUATION_FLAG, iter(continues)
-            return [index | flag if index in cjk_ids and next(each) == "1" else index for index in ids]
-        flags = chinese_continuations(text, [tokens[index] for index in ids], words)
-        return [index | CONTINUATION_FLAG if flag else index for index, flag in zip(ids, flags, strict=True)]
+    def _flag_chinese_continuations(self, ids: np.ndarray, lines: list[str], lengths: np.ndarray) -> None:
+        """Sets `CONTINUATION_FLAG` on `ids` (all `lines`' ids, `lengths` each) in place.
+
+        Fast path, for every line with as many single-character CJK tokens as CJK
+        characters (none became [UNK]): the k-th such token is the k-th character and takes
+        its flag, all lines at once. It is what `chinese_continuations` computes without
+        searching the text for each token (it differs only at a compatibility ideograph,
+        which the tokenizer normalises: that search misses it, and this path gives it the
+        flag of its own word). The other lines take that search.
+        """
+        segmentations = [self._zh_segmenter(line) for line in lines]
+        unbroken = np.array([WORD_BREAK not in line for line in lines], dtype=bool)
+        safe = [words if ok else [] for words, ok in zip(segmentations, unbroken, strict=True)]
+        char_flags, char_line = cjk_character_continuations(safe)
+        token_line = np.repeat(np.arange(len(lines)), lengths)
+        cjk_token = self._cjk_id_table[ids]
+        tokens_per_line = np.bincount(token_line[cjk_token], minlength=len(lines))
+        fast = unbroken & (np.bincount(char_line, minlength=len(lines)) == tokens_per_line)
+        positions = np.flatnonzero(cjk_token & fast[token_line])
+        ids[positions[char_flags[fast[char_line]]]] |= CONTINUATION_FLAG
+        starts = np.cumsum(lengths) - lengths
+        for index in np.flatnonzero(~fast & (lengths > 0)):
+            begin, end = starts[index], starts[index] + lengths[index]
+            tokens = [self._tokens[int(token)] for token in ids[begin:end]]
+            flags = chinese_continuations(lines[index], tokens, segmentations[index])
+            ids[begin:end] |= np.where(flags, CONTINUATION_FLAG, 0).astype(np.int32)

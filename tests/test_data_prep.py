@@ -146,13 +146,20 @@ def test_chinese_whole_word_encoder_matches_chinese_continuations_on_real_text()
     encoder = SentenceEncoder(tokenizer, segment)
     lines = shared_file("pretrain/clue_zh_small.txt").read_text(encoding="utf-8").splitlines()[:3000]
     continued = 0
-    for line in lines + ["穿T恤的卡拉OK歌手在北京", "English only", "鿿 is [UNK], 北京 is a word"]:
+    lines += ["穿T恤的卡拉OK歌手在北京", "English only", "鿿 is [UNK], 北京 is a word", "", "北京\x01天安门", "恤恤T"]
+    expected_lines = []
+    for line in lines:
         tokens = tokenizer.tokenize(line)
         flags = chinese_continuations(line, tokens, segment(line))
         expected = [i | CONTINUATION_FLAG if f else i for i, f in zip(tokenizer.convert_tokens_to_ids(tokens), flags)]
         assert encoder.encode(line) == expected, line
+        expected_lines.append(expected)
         continued += sum(flags)
     assert continued > 10_000  # most lines have words of two characters or more
+    # All lines in one call, as data generation encodes a chunk: the same ids per line.
+    ids, lengths = encoder.encode_lines(lines)
+    assert lengths.tolist() == [len(expected) for expected in expected_lines]
+    assert ids.tolist() == [index for expected in expected_lines for index in expected]
 
 
 def test_rjieba_segments_like_jieba():
