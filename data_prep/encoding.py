@@ -56,12 +56,19 @@ _CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
 WORD_BREAK = "\x01"  # joins the words of a segmentation: no text has it after tokenization
 
 
+# `_CJK_CODES[code]` for every code point up to the last CJK one: one lookup per character.
+_CJK_CODES = np.zeros(max(high for _, high in CJK_RANGES) + 2, dtype=bool)
+for _low, _high in CJK_RANGES:
+    _CJK_CODES[_low : _high + 1] = True
+
+
 def is_cjk_code(codes: np.ndarray) -> np.ndarray:
-    """Which code points are CJK ideographs (`is_cjk`), for an array of them."""
-    found = np.zeros(codes.shape, dtype=bool)
-    for low, high in CJK_RANGES:
-        found |= (codes >= low) & (codes <= high)
-    return found
+    """Which code points are CJK ideographs (`is_cjk`), for an array of them.
+
+    >>> is_cjk_code(np.array([ord("北"), ord("a"), 0x2FA1F, 0x10FFFF])).tolist()
+    [True, False, True, False]
+    """
+    return _CJK_CODES[np.minimum(codes, len(_CJK_CODES) - 1)]
 
 
 def cjk_character_continuations(segmentations: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:

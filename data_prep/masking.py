@@ -143,16 +143,23 @@ def _choose_whole_words(
     keys[position[None, :] >= num_words[:, None]] = 2.0
     order = np.argsort(keys, axis=1)  # word ids, in random order
     ranked_length = np.take_along_axis(word_length, order, 1)
-    taken = np.zeros(n, dtype=np.int64)
-    accepted = np.zeros((n, length), dtype=bool)
-    for rank in range(int(num_words.max(initial=0))):
-        open_rows = taken < budget
-        if not open_rows.any():
+    # Until a row's first word that overflows, every word fits: those are the words whose
+    # running total is within the budget, all rows at once.
+    running = np.cumsum(ranked_length, axis=1)
+    accepted = (running <= budget[:, None]) & (ranked_length > 0)
+    overflow = (running <= budget[:, None]).sum(axis=1)  # the rank of that first overflowing word
+    taken = np.where(overflow > 0, np.take_along_axis(running, np.maximum(overflow - 1, 0)[:, None], 1)[:, 0], 0)
+    # After it, a smaller word may still fit (the original skips only the word that
+    # overflows): one rank at a time, for the rows still under budget only.
+    open_rows = np.flatnonzero((taken < budget) & (overflow < num_words))
+    for rank in range(int(overflow[open_rows].min(initial=length)) + 1, int(num_words.max(initial=0))):
+        size = ranked_length[open_rows, rank]
+        fits = (rank > overflow[open_rows]) & (size > 0) & (taken[open_rows] + size <= budget[open_rows])
+        taken[open_rows[fits]] += size[fits]
+        accepted[open_rows[fits], rank] = True
+        open_rows = open_rows[taken[open_rows] < budget[open_rows]]
+        if not open_rows.size:
             break
-        size = ranked_length[:, rank]
-        fits = open_rows & (size > 0) & (taken + size <= budget)
-        taken += np.where(fits, size, 0)
-        accepted[:, rank] = fits
     word_chosen = np.zeros((n, length), dtype=bool)
     np.put_along_axis(word_chosen, order, accepted, axis=1)
     return candidates & np.take_along_axis(word_chosen, np.maximum(word, 0), 1)

@@ -222,6 +222,44 @@ def test_masking_follows_the_original_rates(whole_word):
     assert abs(masked.random / total - 0.1) < 0.01
 
 
+def _original_whole_words(candidates, continuation, budget, word_order):
+    """The original's loop for one row: words in `word_order`, stop once `budget` tokens
+    are chosen, skip a word that would overflow it."""
+    words: list[list[int]] = []
+    for position in np.flatnonzero(candidates):
+        if words and continuation[position] and position != 1:
+            words[-1].append(position)
+        else:
+            words.append([position])
+    chosen: list[int] = []
+    for index in word_order[: len(words)]:
+        if len(chosen) >= budget:
+            break
+        if len(chosen) + len(words[index]) > budget:
+            continue
+        chosen += words[index]
+    return sorted(chosen)
+
+
+def test_whole_word_choice_is_the_original_loop():
+    from data_prep.masking import _choose_whole_words
+
+    rng = np.random.default_rng(3)
+    batch, _ = _batch(rng)
+    suffix = np.zeros(30522, dtype=bool)
+    suffix[rng.integers(0, 30522, 20_000)] = True  # words of one to many pieces
+    continuation = word_continuation(batch, suffix)
+    budget = rng.integers(0, 25, len(batch.lengths))
+    chosen = _choose_whole_words(batch.candidates, continuation, budget, np.random.default_rng(4))
+    # The same word order: the function's one draw, a key per word slot, sorted.
+    word_order = np.argsort(np.random.default_rng(4).random(batch.candidates.shape), axis=1)
+    for row in range(len(budget)):
+        num_words = int((batch.candidates[row] & (~continuation[row] | (np.arange(chosen.shape[1]) == 1))).sum())
+        order = [int(i) for i in word_order[row] if i < num_words]
+        expected = _original_whole_words(batch.candidates[row], continuation[row], budget[row], order)
+        assert np.flatnonzero(chosen[row]).tolist() == expected, row
+
+
 # ----------------------------------------------------------------------------------
 # The command line tool
 
