@@ -53,7 +53,7 @@ def chinese_word_segmenter() -> Callable[[str], list[str]]:
 _CJK_CLASS = "".join(f"{re.escape(chr(low))}-{re.escape(chr(high))}" for low, high in CJK_RANGES)
 _CJK_WORD = re.compile(f"[{_CJK_CLASS}]{{2,}}")
 _CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
-WORD_BREAK = "\x01"  # joins the words of a segmentation: no text has it after tokenization
+WORD_BREAK = "\x01"  # joins the words of a segmentation; a line holding it takes the per-token search
 
 
 # `_CJK_CODES[code]` for every code point up to the last CJK one: one lookup per character.
@@ -121,7 +121,8 @@ def chinese_continuations(text: str, tokens: list[str], words: list[str]) -> lis
 
 
 class SentenceEncoder:
-    """Turns one line of text into its token ids (empty for a line of no tokens).
+    """Turns lines of text into their token ids (empty for a line of no tokens): `encode`
+    one line, `encode_lines` many at once (data generation's call, a chunk at a time).
 
     Exactly `FullTokenizer.tokenize` then the vocabulary lookup, with a cache from each
     word (after basic tokenization) straight to its ids: one dictionary lookup per word.

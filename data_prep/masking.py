@@ -142,12 +142,13 @@ def _choose_whole_words(
     keys = rng.random((n, length))
     keys[position[None, :] >= num_words[:, None]] = 2.0
     order = np.argsort(keys, axis=1)  # word ids, in random order
-    ranked_length = np.take_along_axis(word_length, order, 1)
+    # Slots past a row's words count nothing (a row of continuations only has none).
+    ranked_length = np.where(position < num_words[:, None], np.take_along_axis(word_length, order, 1), 0)
     # Until a row's first word that overflows, every word fits: those are the words whose
     # running total is within the budget, all rows at once.
     running = np.cumsum(ranked_length, axis=1)
     accepted = (running <= budget[:, None]) & (ranked_length > 0)
-    overflow = (running <= budget[:, None]).sum(axis=1)  # the rank of that first overflowing word
+    overflow = (running <= budget[:, None]).sum(axis=1)  # that word's rank (>= num_words: none overflows)
     taken = np.where(overflow > 0, np.take_along_axis(running, np.maximum(overflow - 1, 0)[:, None], 1)[:, 0], 0)
     # After it, a smaller word may still fit (the original skips only the word that
     # overflows): one rank at a time, for the rows still under budget only.

@@ -258,6 +258,15 @@ def test_whole_word_choice_is_the_original_loop():
         order = [int(i) for i in word_order[row] if i < num_words]
         expected = _original_whole_words(batch.candidates[row], continuation[row], budget[row], order)
         assert np.flatnonzero(chosen[row]).tolist() == expected, row
+    # One row of words of 2, 3 and 1 pieces, budget 3: its last word decides, in some orders.
+    candidates = np.zeros((1, 8), dtype=bool)
+    candidates[0, 1:7] = True
+    continues = np.zeros((1, 8), dtype=bool)
+    continues[0, [2, 4, 5]] = True
+    for seed in range(20):
+        chosen = _choose_whole_words(candidates, continues, np.array([3]), np.random.default_rng(seed))
+        order = [int(i) for i in np.argsort(np.random.default_rng(seed).random((1, 8)), axis=1)[0] if i < 3]
+        assert np.flatnonzero(chosen[0]).tolist() == _original_whole_words(candidates[0], continues[0], 3, order)
 
 
 # ----------------------------------------------------------------------------------
