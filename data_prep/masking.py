@@ -149,7 +149,7 @@ def _choose_whole_words(
     running = np.cumsum(ranked_length, axis=1)
     accepted = (running <= budget[:, None]) & (ranked_length > 0)
     overflow = (running <= budget[:, None]).sum(axis=1)  # that word's rank (>= num_words: none overflows)
-    taken = np.where(overflow > 0, np.take_along_axis(running, np.maximum(overflow - 1, 0)[:, None], 1)[:, 0], 0)
+    taken = np.where(accepted, ranked_length, 0).sum(axis=1)
     # After it, a smaller word may still fit (the original skips only the word that
     # overflows): one rank at a time, for the rows still under budget only.
     open_rows = np.flatnonzero((taken < budget) & (overflow < num_words))
