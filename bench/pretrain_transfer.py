@@ -587,7 +587,8 @@ def main() -> None:
           f"next-sentence label scores {nsp_baseline:.3f}):")
     print_table([{"model": name, **values} for name, values in held_out.items()],
                 ["model", "masked_lm_accuracy", "next_sentence_accuracy"])  # fmt: skip
-    print(f"dev scores, mean ± spread (population std) over {args.seeds} seeds (1 on SST-2, TNEWS, CoNLL; points):")
+    single = ", ".join(task.name for task in language.tasks if task.seeds == 1)
+    print(f"dev scores in points, mean ± spread (population std) over {args.seeds} seeds (one seed: {single}):")
     print_table(rows, ["task", *inits])
     speed = [{"stage": name, "minutes": record["stage_minutes"], "examples_per_second": record.get("examples_per_second")}
              for name, record in stages.items()]  # fmt: skip
