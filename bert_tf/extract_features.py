@@ -134,16 +134,14 @@ def parse_line(text: str, index: int, path: str) -> Line:
 
     >>> parse_line("Who? ||| Me.\\n", 0, "in.txt")
     Line(index=0, text_a='Who?', text_b='Me.')
+    >>> parse_line("\\n", 2, "in.txt")
+    Line(index=2, text_a='', text_b=None)
     >>> parse_line("a ||| b ||| c", 4, "in.txt")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     bert_tf.errors.BertTfError: Line 5 of in.txt has more than one '|||'; write one text, or one pair as ...
     """
-    text = text.strip()
-    if not text:
-        raise BertTfError(
-            f"Line {index + 1} of {path} is empty; write one text, or one pair as 'text_a ||| text_b', a line."
-        )
+    text = text.strip()  # an empty line is an empty text, as the original reads it: [CLS] [SEP]
     if text.count("|||") > 1:
         raise BertTfError(
             f"Line {index + 1} of {path} has more than one '|||'; write one text, or one pair as "
@@ -174,6 +172,7 @@ class Packed:
     tokens: list[str]
     ids: list[int]
     type_ids: list[int]
+    truncated: bool  # the line had more tokens than --max_seq_length holds
 
 
 class Packer:
@@ -188,7 +187,9 @@ class Packer:
         tokens_b = self.tokenizer.tokenize(line.text_b) if line.text_b else []
         # The original packs a pair only when B has tokens at all.
         tokens, type_ids = pack_pair(tokens_a, tokens_b or None, self.max_seq_length)
-        return Packed(line.index, tokens, self.tokenizer.convert_tokens_to_ids(tokens), type_ids)
+        untruncated = len(tokens_a) + len(tokens_b) + (3 if tokens_b else 2)
+        return Packed(line.index, tokens, self.tokenizer.convert_tokens_to_ids(tokens), type_ids,
+                      untruncated > len(tokens))
 
 
 def row_tokens(packed: Packed, pooling: str) -> list[str]:
@@ -337,18 +338,22 @@ def extract(options: Options) -> str:
             writer = NpyWriter(paths, rows, num_lines, width)
         else:
             writer = JsonLinesWriter(open(paths[0], "w", encoding="utf-8"), options.layers, options.pooling)
+        truncated = 0
         try:
             for batch in chunks(map(packer, read_lines(options.input_file)), options.batch_size):
                 for packed, values in zip(batch, batch_features(forward, batch, options)):
                     tokens = row_tokens(packed, options.pooling) if options.pooling in TOKEN_POOLINGS else None
                     writer.write(packed.index, tokens, values)
+                    truncated += packed.truncated
                 bar.update(len(batch))
         finally:
             writer.close()
     kind = "token" if options.pooling == "none" else options.pooling
+    cut = (f" {truncated:,} of them had more tokens than --max_seq_length={options.max_seq_length} holds and were "
+           "cut as the original cuts them (tokens dropped from the end of the longer text)." if truncated else "")
     return (
         f"Wrote the {kind} features of {num_lines:,} lines (layers {','.join(map(str, options.layers))}) "
-        f"to {options.output_file}."
+        f"to {options.output_file}.{cut}"
     )
 
 

@@ -28,10 +28,11 @@ trainable=True)`. Both are written under a temporary name and renamed when compl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import keras
 import tensorflow as tf
@@ -43,25 +44,32 @@ from bert_tf import tokenization
 SIGNATURE = "serving_default"
 
 
-def save_atomically(root: tf.Module, export_dir: str, signatures: dict | None = None) -> None:
-    """`tf.saved_model.save` into a temporary folder beside `export_dir`, renamed to it when complete
-    (an existing `export_dir` is replaced; callers decide whether it may be)."""
-    export_dir = os.path.abspath(export_dir)
-    parent = os.path.dirname(export_dir)
+@contextlib.contextmanager
+def atomic_folder(path: str) -> Iterator[str]:
+    """A temporary folder beside `path`, renamed to `path` when the block completes (an
+    existing `path` is replaced; callers decide whether it may be) and removed when it fails."""
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
-    temporary = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(export_dir)}.tmp-")
+    temporary = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
     os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide the model from a serving user.
     try:
-        tf.saved_model.save(root, temporary, signatures=signatures)
-        if os.path.exists(export_dir):
+        yield temporary
+        if os.path.exists(path):
             old = temporary + ".old"
-            os.rename(export_dir, old)
-            os.rename(temporary, export_dir)
+            os.rename(path, old)
+            os.rename(temporary, path)
             shutil.rmtree(old)
         else:
-            os.rename(temporary, export_dir)
+            os.rename(temporary, path)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
+
+
+def save_atomically(root: tf.Module, export_dir: str, signatures: dict | None = None) -> None:
+    """`tf.saved_model.save` into a temporary folder beside `export_dir`, renamed to it when complete."""
+    with atomic_folder(export_dir) as temporary:
+        tf.saved_model.save(root, temporary, signatures=signatures)
 
 
 def serving_function(function: Callable, specs: list) -> Callable:

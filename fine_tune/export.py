@@ -44,7 +44,7 @@ from absl.flags import FlagValues
 from bert_tf import hub_export, tokenization
 from bert_tf.errors import BertTfError
 from bert_tf.flags import Flag, flag_values, require, run_main
-from bert_tf.hub_export import save_atomically, serving_function
+from bert_tf.hub_export import atomic_folder, save_atomically, serving_function
 from bert_tf.preprocessing import BertPreprocessor
 from fine_tune.run_dir import LoadedRun, load_run
 from fine_tune.squad.serving import SpanAnswerer
@@ -220,12 +220,12 @@ def _write(folder: str, name: str, text: str) -> str:
 
 
 # === Writing ===
-def check_export_dir(export_dir: str, overwrite: bool) -> None:
-    """Refuses an existing `--export_dir` without `--overwrite` (and a file in its place always)."""
+def check_export_dir(export_dir: str, overwrite: bool, flag: str = "--export_dir") -> None:
+    """Refuses an existing `flag` folder without `--overwrite` (and a file in its place always)."""
     if os.path.isfile(export_dir):
-        raise BertTfError(f"--export_dir {export_dir} is a file; give a folder path for the SavedModel.")
+        raise BertTfError(f"{flag} {export_dir} is a file; give a folder path for the SavedModel.")
     if os.path.exists(export_dir) and not overwrite:
-        raise BertTfError(f"--export_dir {export_dir} already exists; pass --overwrite to replace it.")
+        raise BertTfError(f"{flag} {export_dir} already exists; pass --overwrite to replace it.")
 
 
 def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: str | None = None,
@@ -235,7 +235,7 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
     (`load_run`'s); returns the export's path."""
     check_export_dir(export_dir, overwrite)
     if hub_dir is not None:
-        check_export_dir(hub_dir, overwrite)
+        check_export_dir(hub_dir, overwrite, "--hub_dir")
     run = load_run(model_dir, mixed_precision=mixed_precision)
     with tempfile.TemporaryDirectory() as assets_dir:
         if run.family == "squad":
@@ -246,9 +246,10 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
             module = ClassifierExport(run, task_inputs(run), assets_dir)
         save_atomically(module, export_dir, {SIGNATURE: module.serve})
     if hub_dir is not None:
-        hub_export.export_preprocessing(os.path.join(hub_dir, "preprocess"), run.vocab_file, run.do_lower_case,
-                                        run.max_seq_length)
-        hub_export.export_encoder(os.path.join(hub_dir, "encoder"), hub_export.task_encoder(run.model))
+        with atomic_folder(hub_dir) as staging:  # both SavedModels, or neither
+            hub_export.export_preprocessing(os.path.join(staging, "preprocess"), run.vocab_file, run.do_lower_case,
+                                            run.max_seq_length)
+            hub_export.export_encoder(os.path.join(staging, "encoder"), hub_export.task_encoder(run.model))
     return export_dir
 
 

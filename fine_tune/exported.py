@@ -31,6 +31,7 @@ from fine_tune.predictor import (PROGRESS_MIN_ROWS, Answer, Classifier, Question
                                  Tagger, TaskModel)
 
 SAVED_MODEL = "saved_model.pb"
+INFO_KEYS = ("task", "family", "labels", "inputs", "max_seq_length")  # what predicting through an export reads
 
 
 def is_export(path: str | os.PathLike) -> bool:
@@ -45,6 +46,9 @@ def load_export(export_dir: str | os.PathLike, batch_size: int) -> "ExportedMode
     try:
         with open(info_path, encoding="utf-8") as handle:
             info = json.load(handle)
+        missing = [key for key in INFO_KEYS if key not in info]
+        if missing:
+            raise KeyError(f"{EXPORT_INFO} lacks {', '.join(missing)}")
         family, labels = info["family"], tuple(info["labels"])
         serve = tf.saved_model.load(export_dir).signatures[SIGNATURE]
     except Exception as error:  # noqa: BLE001 - TF and protobuf raise many kinds for one damaged file

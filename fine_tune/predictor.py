@@ -39,7 +39,7 @@ import dataclasses
 import functools
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any
 
 import keras
@@ -195,10 +195,18 @@ def as_text(value: Any, where: str) -> str:
 
 
 def batch_of(inputs: Any) -> tuple[list[Any], bool]:
-    """(rows, whether `inputs` was a single row): a str, bytes or tuple is one row, any other iterable many."""
+    """(rows, whether `inputs` was a single row): a str, bytes or tuple is one row, any other
+    ordered iterable many. A dict (whose keys would be taken for texts) or a set (no order to
+    answer in) is refused.
+
+    >>> batch_of({"text_a": "a", "text_b": "b"})
+    Traceback (most recent call last):
+    ...
+    bert_tf.errors.BertTfError: Give a text, a tuple or a list of them to predict, not dict.
+    """
     if isinstance(inputs, (str, bytes, tuple)):
         return [inputs], True
-    if inputs is None or not isinstance(inputs, Iterable):
+    if not isinstance(inputs, Iterable) or isinstance(inputs, (Mapping, Set)):
         raise BertTfError(f"Give a text, a tuple or a list of them to predict, not {type(inputs).__name__}.")
     return list(inputs), False
 
@@ -492,13 +500,13 @@ class QuestionAnswerer(TaskModel):
 
     def answer(self, question: Any, context: Any) -> Answer | list[Answer]:
         """The answer to one question on one context, or to each of two equally long lists."""
-        if isinstance(question, (str, bytes)) or question is None:
-            return self.predict((question, context))
-        questions, contexts = list(question), list(context)
-        if len(questions) != len(contexts):
-            raise BertTfError(f"answer() got {len(questions)} questions but {len(contexts)} contexts; "
-                              "give one context per question.")
-        return self.predict(list(zip(questions, contexts)))
+        if not isinstance(question, (list, tuple)):
+            return self.predict((question, context))  # each checked as a text there
+        if not isinstance(context, (list, tuple)) or len(question) != len(context):
+            given = f"{len(context)} contexts" if isinstance(context, (list, tuple)) else "one context"
+            raise BertTfError(f"answer() got {len(question)} questions but {given}; "
+                              "give a list of one context per question.")
+        return self.predict(list(zip(question, context)))
 
     def example(self, row: Any, where: str, index: int) -> tuple[SquadExample, None]:
         if not isinstance(row, tuple) or len(row) != 2:

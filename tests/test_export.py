@@ -19,7 +19,7 @@ import pytest
 from bert_tf.errors import BertTfError
 from bert_tf.tokenization import FullTokenizer
 from fine_tune.cli import parse_args, run
-from fine_tune.export import main
+from fine_tune.export import export, main
 from fine_tune.features import PairExample, PairFeaturiser
 from fine_tune.heads import softmax
 from fine_tune.metrics import chunks
@@ -137,6 +137,50 @@ def test_an_existing_export_dir_needs_overwrite(mrpc, capsys):
     assert sorted(p.name for p in export_dir.parent.iterdir()) == ["data", "export", "hub", "run"]  # no temporary left
 
 
+def test_a_failed_export_keeps_the_old_one_and_leaves_no_temporary(mrpc, monkeypatch, capsys):
+    """A save that fails half-way (the disk fills) leaves the previous export and hub folder as
+    they were: each is written under a temporary name and renamed only when complete."""
+    import tensorflow as tf
+
+    from bert_tf import hub_export
+
+    run_dir, export_dir = mrpc
+    hub_dir = export_dir.parent / "hub"
+    graphs = [export_dir / "saved_model.pb", hub_dir / "preprocess" / "saved_model.pb",
+              hub_dir / "encoder" / "saved_model.pb"]
+    before = [graph.stat().st_mtime_ns for graph in graphs]
+    real_save = tf.saved_model.save
+
+    def save_then_fill_the_disk(root, path, signatures=None):
+        (pathlib.Path(path) / "saved_model.pb").write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tf.saved_model, "save", save_then_fill_the_disk)
+    with pytest.raises(OSError, match="No space left"):  # in the task's export
+        export(str(run_dir), str(export_dir), overwrite=True, hub_dir=str(hub_dir))
+    monkeypatch.setattr(tf.saved_model, "save", real_save)
+
+    def fail_after_preprocessing(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hub_export, "export_encoder", fail_after_preprocessing)
+    with pytest.raises(OSError, match="No space left"):  # the task's export is new, the hub folder's second half fails
+        export(str(run_dir), str(export_dir), overwrite=True, hub_dir=str(hub_dir))
+    assert graphs[0].stat().st_mtime_ns != before[0]
+    assert [graph.stat().st_mtime_ns for graph in graphs[1:]] == before[1:]
+    assert sorted(p.name for p in export_dir.parent.iterdir()) == ["data", "export", "hub", "run"]
+    assert sorted(p.name for p in hub_dir.iterdir()) == ["encoder", "preprocess"]
+    assert load_task_model(export_dir).predict(("A man.", "A man.")).label in ("0", "1")
+
+
+def test_an_existing_hub_dir_needs_overwrite(mrpc, tmp_path, capsys):
+    run_dir, export_dir = mrpc
+    hub_dir = export_dir.parent / "hub"
+    assert main([f"--model_dir={run_dir}", f"--export_dir={tmp_path / 'new'}", f"--hub_dir={hub_dir}"]) == 1
+    assert capsys.readouterr().err == f"error: --hub_dir {hub_dir} already exists; pass --overwrite to replace it.\n"
+    assert not (tmp_path / "new").exists()
+
+
 def test_bad_model_dirs_are_one_sentence(mrpc, tmp_path, capsys):
     run_dir = mrpc[0]
 
@@ -242,7 +286,7 @@ def test_a_corrupt_export_is_one_sentence(mrpc, tmp_path, capsys):
     from fine_tune.batch_predict import main as predict_main
 
     expected = ("is not a complete bert-export SavedModel", "export the run again with bert-export --overwrite.")
-    for damage in ("truncated saved_model.pb", "no variables", "no bert_export.json"):
+    for damage in ("truncated saved_model.pb", "no variables", "no bert_export.json", "bert_export.json without keys"):
         broken = tmp_path / damage.replace(" ", "_")
         shutil.copytree(mrpc[1], broken)
         if damage == "truncated saved_model.pb":
@@ -250,8 +294,11 @@ def test_a_corrupt_export_is_one_sentence(mrpc, tmp_path, capsys):
             graph.write_bytes(graph.read_bytes()[:1000])
         elif damage == "no variables":
             shutil.rmtree(broken / "variables")
-        else:
+        elif damage == "no bert_export.json":
             (broken / "assets" / "bert_export.json").unlink()
+        else:  # valid JSON, but not what predicting reads
+            info = json.loads((broken / "assets" / "bert_export.json").read_text())
+            (broken / "assets" / "bert_export.json").write_text(json.dumps({"task": info["task"]}))
         with pytest.raises(BertTfError) as error:
             load_task_model(broken)
         message = str(error.value)

@@ -25,12 +25,13 @@ from tests.conftest import require_module, shared_file
 from tests.test_tokenization import model_garden_tokenizer
 
 TOLERANCE = 1e-5
-# A single text, a pair, accents and a word split into pieces, a pair whose B is long.
+# A single text, a pair, accents and a word split into pieces, a pair whose B is long, an empty line.
 LINES = [
     "The dog is hairy.",
     "Who was Jim Henson ? ||| Jim Henson was a puppeteer",
     "Unaffable cafés ||| naïve",
     "short ||| " + "a much longer second segment that the pair truncation cuts " * 2,
+    "",  # an empty text, as the original reads an empty line: [CLS] [SEP]
 ]
 MAX_SEQ_LENGTH = 24  # cuts the last line: both the pair rule and the model see it
 
@@ -91,8 +92,12 @@ def run(tmp_path: Path, input_file: Path, minilm_dir: str, name: str, *flags: st
 
 
 # === Values against transformers ===
-def test_jsonl_matches_hf_hidden_states(tmp_path, input_file, minilm_dir, hf_reference):
+def test_jsonl_matches_hf_hidden_states(tmp_path, capsys, input_file, minilm_dir, hf_reference):
     output = run(tmp_path, input_file, minilm_dir, "features.jsonl", "--layers=-1,-2,-3,-4")
+    assert capsys.readouterr().out.endswith(f"features of {len(LINES)} lines (layers -1,-2,-3,-4) to {output}. 1 of "
+                                            f"them had more tokens than --max_seq_length={MAX_SEQ_LENGTH} holds and "
+                                            "were cut as the original cuts them (tokens dropped from the end of the "
+                                            "longer text).\n")
     records = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
     assert [record["linex_index"] for record in records] == list(range(len(LINES)))
     worst = 0.0
@@ -129,7 +134,7 @@ def test_npy_first_subword_rows_offsets_and_tokens(tmp_path, input_file, minilm_
     assert token_lines[2] == "una cafes naive"
     for row, (tokens, states, _) in enumerate(hf_reference):
         starts = [i for i, token in enumerate(tokens) if not token.startswith("##") and token not in ("[CLS]", "[SEP]")]
-        assert token_lines[row].split(" ") == [tokens[i] for i in starts]
+        assert token_lines[row].split() == [tokens[i] for i in starts]
         np.testing.assert_allclose(rows[offsets[row] : offsets[row + 1]], states[-1][starts], atol=TOLERANCE, rtol=0)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["words.npy", "words.offsets.npy", "words.tokens.txt"]
 
@@ -195,7 +200,7 @@ def test_packing_equals_the_originals(tmp_path, vocab, do_lower_case):
     mrpc = shared_file("glue/MRPC/dev.tsv").read_text(encoding="utf-8").splitlines()[1:41]
     lines = [f"{row.split(chr(9))[3]} ||| {row.split(chr(9))[4]}" for row in mrpc]
     lines += [row.split("\t")[3] for row in mrpc[:10]]  # single texts
-    lines += ["a|||b, no spaces: one text", "\u5f00\u5fc3 Caf\u00e9 \u00c9T\u00c9 ||| \u00fcber", "x |||  y\t"]
+    lines += ["a|||b, no spaces: one text", "\u5f00\u5fc3 Caf\u00e9 \u00c9T\u00c9 ||| \u00fcber", "x |||  y\t", ""]
     path = tmp_path / "input.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     for max_seq_length in (16, 128):
@@ -208,7 +213,6 @@ def test_packing_equals_the_originals(tmp_path, vocab, do_lower_case):
 @pytest.mark.parametrize(
     "content, flags, message",
     [
-        ("one\n\nthree\n", [], r"^error: Line 2 of \S+ is empty; write one text"),
         ("a ||| b ||| c\n", [], r"^error: Line 1 of \S+ has more than one '\|\|\|'"),
         (b"caf\xe9\n", [], r"^error: Line 1 of \S+ is not UTF-8 text; save the file as UTF-8\.$"),
         ("fine\n", ["--layers=-7"], r"^error: --layers value -7 is out of range for a model of 6 layers"),
@@ -227,6 +231,30 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, capsys, minilm_d
     stderr = capsys.readouterr().err
     assert len(stderr.strip().splitlines()) == 1 and re.search(message, stderr), stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == (["input.txt"] if content is not None else [])
+
+
+def test_a_failed_extraction_keeps_the_old_output_and_leaves_no_temporary(tmp_path, input_file, minilm_dir,
+                                                                         monkeypatch):
+    """The model fails on the second batch, after the first was written: the old output stays."""
+    for output_format, name in (("jsonl", "out.jsonl"), ("npy", "out.npy")):
+        old = tmp_path / name
+        old.write_text("old\n", encoding="utf-8")
+        real = extract_features.batch_features
+        calls = []
+
+        def fail_on_the_second_batch(*args):
+            calls.append(1)
+            if len(calls) == 2:
+                raise MemoryError("out of memory")
+            return real(*args)
+
+        monkeypatch.setattr(extract_features, "batch_features", fail_on_the_second_batch)
+        with pytest.raises(MemoryError):
+            extract_features.main([f"--input_file={input_file}", f"--output_file={old}",
+                                   f"--init_checkpoint={minilm_dir}", "--batch_size=3", "--pooling=none",
+                                   f"--output_format={output_format}", "--noprogress"])
+        assert len(calls) == 2 and old.read_text(encoding="utf-8") == "old\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.jsonl", "out.npy"]
 
 
 def test_an_interrupted_write_keeps_the_old_output_and_leaves_no_temporary(tmp_path):

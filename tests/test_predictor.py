@@ -247,6 +247,8 @@ def check_answers(model: QuestionAnswerer, root: pathlib.Path) -> list:
 
 def test_answers_equal_run_squad_predictions(squad_v1):
     model = load_task_model(squad_v1 / "out", **SQUAD)
+    contexts = [context for _, context in squad_inputs(squad_v1 / "dev.json")[1]]
+    assert max(len(model.tokenizer.tokenize(context)) for context in contexts) > model.max_seq_length  # windows
     answers = check_answers(model, squad_v1)
     assert all(a.has_answer and a.null_score_diff is None for a in answers)
     one = model.answer(*squad_inputs(squad_v1 / "dev.json")[1][0])
@@ -274,7 +276,7 @@ def test_chinese_answers_are_exact_context_characters(drcd):
 
 
 # === Embeddings ===
-def test_embed_pools_the_encoder_layers(mrpc):
+def test_embed_pools_the_encoder_layers(mrpc, capsys):
     from bert_tf import pooling
     from fine_tune.trainer import ENCODER_INPUTS
 
@@ -298,6 +300,11 @@ def test_embed_pools_the_encoder_layers(mrpc):
         starts = pooling.word_start_mask([tokens], len(tokens))[0].astype(bool)
         np.testing.assert_allclose(model.embed(text, "first_subword", (-1, 0)), both[starts], atol=1e-5)
     assert [v.shape for v in model.embed(texts, "mean")] == [(128,), (128,)]
+    capsys.readouterr()
+    long = " ".join(["word"] * (model.max_seq_length + 10))
+    assert len(model.embed([long, "short", long], "none")[0]) == model.max_seq_length  # cut as in training
+    assert capsys.readouterr().err == (f"note: 2 inputs of 3 are longer than max_seq_length={model.max_seq_length} "
+                                       "WordPieces; they were truncated as in training.\n")
     with pytest.raises(BertTfError, match="not one of cls, mean, first_subword, none"):
         model.embed("x", "max")
     with pytest.raises(BertTfError, match="out of range for a model of 2 layers"):
@@ -360,6 +367,28 @@ def test_bad_classifier_inputs(mrpc, rows, message):
     assert model.predict([(b"caf\xc3\xa9", "ok")])[0].label in model.labels  # UTF-8 bytes are text
 
 
+@pytest.mark.parametrize("inputs,message", [
+    (None, "not NoneType"), (5, "not int"),
+    ({"text_a": "a", "text_b": "b"}, "not dict"),  # its keys would otherwise be taken for two texts
+    ({"a", "b"}, "not set"),  # no order to answer in
+])
+def test_bad_input_containers(sst2, inputs, message):
+    with pytest.raises(BertTfError, match=f"^Give a text, a tuple or a list of them to predict, {message}.$"):
+        load_task_model(sst2 / "out").predict(inputs)
+
+
+@pytest.mark.parametrize("question,context,message", [
+    ("Who won?", None, "input 0 context is None, not a text"),
+    (5, "Denver won.", "input 0 question is int, not a text"),
+    (["Who?", "When?"], "Denver won.", r"answer\(\) got 2 questions but one context; give a list of one context"),
+    (["Who?", "When?"], ["Denver won."], r"answer\(\) got 2 questions but 1 contexts"),
+    ("Who won?", b"\xff", "input 0 context is bytes that are not UTF-8"),
+])
+def test_bad_answer_inputs(squad_v1, question, context, message):
+    with pytest.raises(BertTfError, match=message):
+        load_task_model(squad_v1 / "out", **SQUAD).answer(question, context)
+
+
 def test_wrong_kind_of_input_or_model(sst2, conll, squad_v1):
     with pytest.raises(BertTfError, match="input 0 is a pair of texts, but sst-2 classifies single texts"):
         load_task_model(sst2 / "out").predict([("a", "b")])
@@ -394,6 +423,12 @@ def test_incomplete_or_damaged_run_dirs(sst2, tmp_path):
     (damaged / "fine_tune.json").write_text(json.dumps({**record, "task": "pos"}))
     with pytest.raises(BertTfError, match="Unknown --task 'pos'"):
         load_task_model(damaged)
+    truncated = tmp_path / "truncated"
+    shutil.copytree(sst2 / "out", truncated)
+    for weights in truncated.rglob("*.weights.h5"):
+        weights.write_bytes(weights.read_bytes()[:2000])
+    with pytest.raises(BertTfError, match=r"model.weights.h5 is not a readable weights file \(.*\); "):
+        load_task_model(truncated)
     resized = tmp_path / "resized"
     shutil.copytree(sst2 / "out", resized)
     config = json.loads((resized / "bert_config.json").read_text())
