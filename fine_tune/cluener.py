@@ -9,7 +9,8 @@ back in the same format (`<set>_predictions.json`, the other keys of each line k
 A span whose characters are not its entity's text stops the run, naming the file,
 line and span. Flat BIO cannot hold an entity nested inside another (one line of the
 released train.json: a company inside a book title): the outer one is kept, the inner
-ones are dropped and counted in a warning.
+ones are dropped and counted in a warning; of two overlapping spans the one that starts
+first is kept.
 """
 
 from __future__ import annotations
@@ -72,7 +73,13 @@ def spans_of(label: dict, text: str, source: str) -> list[Span]:
         raise DataError(f'{source}: "label" must be an object {{type: {{entity: [[start, end], ...]}}}}.')
     spans = []
     for kind, entities in label.items():
-        for entity, positions in (entities or {}).items():
+        if not isinstance(entities, dict):
+            raise DataError(f'{source}: the "label" entry {kind!r} must be an object {{entity: [[start, end], ...]}}, '
+                            f"not {json.dumps(entities, ensure_ascii=False)}.")
+        for entity, positions in entities.items():
+            if not isinstance(positions, list):
+                raise DataError(f"{source}: the {kind} spans of {entity!r} must be a list of [start, end], "
+                                f"not {json.dumps(positions, ensure_ascii=False)}.")
             for position in positions:
                 if not (isinstance(position, list) and len(position) == 2 and all(type(p) is int for p in position)):
                     raise DataError(f"{source}: the {kind} span {position!r} of {entity!r} is not [start, end].")
@@ -92,7 +99,8 @@ def spans_of(label: dict, text: str, source: str) -> list[Span]:
 
 
 def spans_to_tags(spans: Sequence[Span], length: int) -> tuple[list[str], int]:
-    """Character BIO tags of sorted `spans`, and how many nested spans were dropped.
+    """Character BIO tags of sorted `spans`, and how many spans were dropped because an
+    earlier one (the outer, for nested spans) already tagged one of their characters.
 
     >>> spans_to_tags([("book", "《招商银行》", 0, 5), ("company", "招商银行", 1, 4)], 7)
     (['B-book', 'I-book', 'I-book', 'I-book', 'I-book', 'I-book', 'O'], 1)
@@ -124,7 +132,7 @@ def tags_to_label(tags: Sequence[str], text: str) -> dict[str, dict[str, list[li
 
 
 def read_cluener(path: str) -> tuple[list[ClueNerRecord], int]:
-    """The lines of a CLUENER file, and how many nested spans were dropped."""
+    """The lines of a CLUENER file, and how many nested or overlapping spans were dropped."""
     records: list[ClueNerRecord] = []
     dropped = 0
     for number, record in read_json_lines(path):
@@ -159,8 +167,8 @@ class ClueNerReader:
             raise DataError(f"{path} holds no lines for the {split} set.")
         if dropped:
             print(
-                f"warning: {path}: {dropped} entity span(s) nested inside another were dropped "
-                "(character BIO tags hold one entity a character).",
+                f"warning: {path}: {dropped} entity span(s) nested inside or overlapping an earlier one were "
+                "dropped (character BIO tags hold one entity a character).",
                 file=sys.stderr,
             )
         return [EvalSet(split, records, path)]

@@ -1,5 +1,5 @@
 """JSON-lines files (one object a line, the layout CLUE releases its tasks in), with one
-clear sentence for a missing file or a line that is not a JSON object.
+clear sentence for a missing file, a line that is not UTF-8 or not a JSON object.
 
 Example:
 >>> import os, tempfile
@@ -24,8 +24,13 @@ def read_json_lines(path: str) -> list[tuple[int, dict]]:
     if not os.path.isfile(path):
         raise DataError(f"Data file {path} does not exist.")
     records = []
-    with open(path, encoding="utf-8-sig") as handle:
-        for number, line in enumerate(handle, 1):
+    with open(path, "rb") as handle:  # bytes, so that an undecodable line can be named
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(f"{path} line {number} is not UTF-8 ({error.reason} at byte {error.start + 1}); "
+                                "save the file as UTF-8.") from None
             if not line.strip():
                 continue
             try:

@@ -8,6 +8,7 @@ import pathlib
 import keras
 import pytest
 
+from bert_tf.errors import DataError
 from fine_tune.cluener import read_cluener, spans_of, spans_to_tags, tags_to_label
 from tests.conftest import shared_file
 from tests.test_fine_tune_tasks import error_of, fine_tune
@@ -93,3 +94,45 @@ def test_span_not_matching_its_entity_names_file_line_and_span(tmp_path, capsys)
     message = error_of(capsys, "ner", argv)
     assert f"{tmp_path / 'train.json'} line 2: the game span [5, 8] covers 'SOL生', not its entity 'CSOL'" in message
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+TEXT = "浙商银行企业信贷部叶老桂博士"
+
+
+@pytest.mark.parametrize("line,message", [
+    ({"text": TEXT, "label": {"company": [[0, 3]]}},
+     "the \"label\" entry 'company' must be an object {entity: [[start, end], ...]}, not [[0, 3]]."),
+    ({"text": TEXT, "label": {"company": {"浙商银行": None}}},
+     "the company spans of '浙商银行' must be a list of [start, end], not null."),
+    ({"text": TEXT, "label": {"company": {"浙商银行": [0, 3]}}}, "the company span 0 of '浙商银行' is not [start, end]."),
+    ({"text": TEXT, "label": {"name": {"叶老桂": [[9, 14]]}}},
+     "the name span [9, 14] of '叶老桂' is outside the text of 14 characters."),
+    ({"label": {}}, 'has no "text" string; CLUENER lines are {"text": ..., "label": ...}.'),
+])
+def test_malformed_lines_are_one_sentence_naming_file_and_line(tmp_path, line, message):
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps({"text": TEXT}, ensure_ascii=False) + "\n" + json.dumps(line, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+    with pytest.raises(DataError) as error:
+        read_cluener(str(path))
+    assert str(error.value) in (f"{path} line 2: {message}", f"{path} line 2 {message}")
+
+
+def test_a_file_that_is_not_utf8_names_its_line(tmp_path):
+    path = tmp_path / "train.json"
+    path.write_bytes(json.dumps({"text": "好"}).encode() + b"\n" + json.dumps({"text": TEXT}, ensure_ascii=False)
+                     .encode("gbk") + b"\n")  # fmt: skip
+    with pytest.raises(DataError, match=rf"^{path} line 2 is not UTF-8 \(invalid continuation byte at byte 11\); save the "
+                                        r"file as UTF-8\.$"):
+        read_cluener(str(path))
+
+
+def test_overlapping_spans_keep_the_first_and_are_counted(tmp_path):
+    # 企业信贷 [4, 7] and 信贷部 [6, 8] overlap without nesting; the same span under two types too.
+    label = {"organization": {"企业信贷": [[4, 7]], "信贷部": [[6, 8]]}, "company": {"浙商银行": [[0, 3]]},
+             "name": {"浙商银行": [[0, 3]]}}
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps({"text": TEXT, "label": label}, ensure_ascii=False) + "\n", encoding="utf-8")
+    (record,), dropped = read_cluener(str(path))
+    assert dropped == 2
+    assert tags_to_label(record.label, TEXT) == {"company": {"浙商银行": [[0, 3]]}, "organization": {"企业信贷": [[4, 7]]}}

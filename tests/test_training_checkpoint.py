@@ -43,3 +43,19 @@ def test_training_checkpoint_of_another_size_is_one_sentence(tmp_path):
     CONFIG.to_json_file(tmp_path / "bert_config.json")  # the config lies about the layer count
     with pytest.raises(BertTfError, match="does not hold a BERT pre-training model of the config"):
         checkpoints.load_encoder(tmp_path)
+
+
+def test_an_incomplete_training_checkpoint_is_one_sentence(tmp_path):
+    """A killed copy or a full disk: the variables' data file is gone or cut short."""
+    write_training_checkpoint(tmp_path)
+    (data,) = tmp_path.glob("ckpt-1.data-*")
+    for damage in ("cut short", "missing"):
+        if damage == "missing":
+            data.unlink()
+        else:
+            data.write_bytes(data.read_bytes()[:100])
+        with pytest.raises(BertTfError, match=r"^The training checkpoint \S+ckpt-1 is incomplete or damaged \(.+\); "
+                                              r"pass another checkpoint"):
+            checkpoints.load_encoder(tmp_path)
+    with pytest.raises(BertTfError, match=r"^--init_checkpoint \S+nothing does not exist\.$"):
+        checkpoints.load_into(BertEncoder(CONFIG), tmp_path / "nothing", flag="--init_checkpoint")

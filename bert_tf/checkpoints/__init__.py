@@ -64,9 +64,11 @@ __all__ = [
 
 
 # === Reading ===
-def detect_format(path: str | os.PathLike) -> str:
-    """"tf1", "hf", "keras" or "training" (a run_pretraining.py checkpoint): the format at `path`."""
+def detect_format(path: str | os.PathLike, named: str | None = None) -> str:
+    """"tf1", "hf", "keras" or "training" (a run_pretraining.py checkpoint): the format at `path`
+    (`named`: how messages name it, e.g. "--init_checkpoint PATH")."""
     path = hf.directory_of(os.fspath(path))
+    named = named or f"Checkpoint {path}"
     if keras_format.model_file(path):
         return "keras"
     if os.path.isdir(path) and hf.weights_file(path):
@@ -76,9 +78,9 @@ def detect_format(path: str | os.PathLike) -> str:
     if tf1.find_prefix(path):
         return "tf1"
     if not os.path.exists(path):
-        raise BertTfError(f"Checkpoint {path} does not exist.")
+        raise BertTfError(f"{named} does not exist.")
     raise BertTfError(
-        f"{path} is not a checkpoint bert_tf can read: expected a TF1 checkpoint with {tf1.CONFIG_NAME}, "
+        f"{named} is not a checkpoint bert_tf can read: expected a TF1 checkpoint with {tf1.CONFIG_NAME}, "
         f"a HuggingFace directory with {hf.CONFIG_NAME} and {hf.SAFETENSORS_NAME} or {hf.TORCH_NAME}, "
         "a .keras file, or a run_pretraining.py output directory."
     )
@@ -246,7 +248,7 @@ def load_into(model: BertEncoder | BertPretrainer, path: str | os.PathLike, *, f
     path = hf.directory_of(os.fspath(path))
     named = f"{flag} {path}" if flag else f"The checkpoint {path}"
     ours = (model.encoder if isinstance(model, BertPretrainer) else model).bert_config
-    if detect_format(path) == "training":
+    if detect_format(path, named) == "training":
         prefix, config, config_file = training_format.read_config(path)
         _check_size(named, config, config_file, ours)
         training_format.restore_into(model, prefix, config_file)

@@ -11,6 +11,7 @@ pre-training's `--init_checkpoint`).
 
 from __future__ import annotations
 
+import glob
 import os
 
 import tensorflow as tf
@@ -78,17 +79,37 @@ def restore_into(model: BertEncoder | BertPretrainer, prefix: str, config_file: 
         root, scope = model, (MODEL_KEY,)
     else:  # the pre-trainer tracks its encoder as `encoder`
         root, scope = tf.train.Checkpoint(encoder=model), (MODEL_KEY, "encoder")
+    missing = missing_data_files(prefix)
+    if missing:  # TF's own error for this is an UNKNOWN-coded OpError, like a mismatch's
+        raise damaged(prefix, f"{os.path.basename(missing[0])} is missing")
     try:
         status = tf.train.Checkpoint(**{MODEL_KEY: root}).read(prefix)
         status.expect_partial().assert_existing_objects_matched()
         found = _variable_count(prefix, scope)
         if found != len(model.weights):
             raise ValueError(f"it holds {found} model variables where the config gives {len(model.weights)}")
+    except (tf.errors.DataLossError, IndexError) as error:  # a file cut short
+        raise damaged(prefix, first_line(error)) from None
     except (AssertionError, ValueError, tf.errors.OpError) as error:
         raise BertTfError(
             f"The training checkpoint {prefix} does not hold a BERT pre-training model of the config in "
             f"{config_file} ({first_line(error)})."
         ) from None
+
+
+def damaged(prefix: str, reason: str) -> BertTfError:
+    return BertTfError(f"The training checkpoint {prefix} is incomplete or damaged ({reason}); pass another "
+                       "checkpoint, or the output dir of a run that finished writing it.")
+
+
+def missing_data_files(prefix: str) -> list[str]:
+    """The `prefix.data-NNNNN-of-MMMMM` shards that are not there (all of them: one name, the first)."""
+    shards = sorted(glob.glob(f"{glob.escape(prefix)}.data-?????-of-?????"))
+    if not shards:
+        return [f"{prefix}.data-00000-of-00001"]
+    total = int(shards[0].rsplit("-of-", 1)[1])
+    expected = [f"{prefix}.data-{index:05d}-of-{total:05d}" for index in range(total)]
+    return [path for path in expected if not os.path.exists(path)]
 
 
 def read(path: str) -> Checkpoint:
