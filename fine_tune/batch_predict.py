@@ -42,6 +42,7 @@ from absl.flags import FlagValues
 from bert_tf.errors import BertTfError
 from bert_tf.feature_writers import atomic_outputs
 from bert_tf.flags import Flag, flag_values, require, run_main
+from fine_tune.jsonl import utf8_lines
 
 FORMATS = (".txt", ".tsv", ".jsonl")
 
@@ -104,18 +105,6 @@ def _check(args: FlagValues) -> str:
 
 
 # === Reading ===
-def _lines(path: str) -> Iterator[tuple[int, str]]:
-    """(line number, text without its line end) of every line; a `BertTfError` at a line that is not UTF-8."""
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            try:
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                raise BertTfError(f"{path} line {number} is not UTF-8 text ({error.reason} at byte {error.start} "
-                                  "of the line); convert the file to UTF-8.") from None
-            yield number, text.rstrip("\r\n")
-
-
 def count_lines(path: str) -> int:
     with open(path, "rb") as handle:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b"")) + _unterminated(path)
@@ -139,7 +128,7 @@ def _json_field(record: dict[str, Any], key: str, source: str) -> Any:
 
 def read_rows(path: str, extension: str, kind: str) -> Iterator[Row]:
     """The inputs of `path` for a model of `kind` ("classifier", "tagger", "question answerer", ...)."""
-    for number, text in _lines(path):
+    for number, text in utf8_lines(path):
         source = f"{path} line {number}"
         if extension == ".jsonl":
             if not text.strip():

@@ -15,8 +15,22 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 
 from bert_tf.errors import DataError
+
+
+def utf8_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text without its line end) of every line of `path`, read as bytes
+    so that a line that is not UTF-8 can be named (a `DataError`)."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(f"{path} line {number} is not UTF-8 text ({error.reason} at byte {error.start} "
+                                "of the line); convert the file to UTF-8.") from None
+            yield number, text.rstrip("\r\n")
 
 
 def read_json_lines(path: str) -> list[tuple[int, dict]]:
@@ -24,21 +38,15 @@ def read_json_lines(path: str) -> list[tuple[int, dict]]:
     if not os.path.isfile(path):
         raise DataError(f"Data file {path} does not exist.")
     records = []
-    with open(path, "rb") as handle:  # bytes, so that an undecodable line can be named
-        for number, raw in enumerate(handle, 1):
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                raise DataError(f"{path} line {number} is not UTF-8 ({error.reason} at byte {error.start + 1}); "
-                                "save the file as UTF-8.") from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line.rstrip("\r\n"))  # so the column is on this line
-            except json.JSONDecodeError as error:
-                message = f"{error.msg} (column {error.colno})"
-                raise DataError(f"{path} line {number} is not a JSON object: {message}.") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{path} line {number} is not a JSON object but a {type(record).__name__}.")
-            records.append((number, record))
+    for number, line in utf8_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            message = f"{error.msg} (column {error.colno})"
+            raise DataError(f"{path} line {number} is not a JSON object: {message}.") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path} line {number} is not a JSON object but a {type(record).__name__}.")
+        records.append((number, record))
     return records

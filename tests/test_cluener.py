@@ -122,8 +122,8 @@ def test_a_file_that_is_not_utf8_names_its_line(tmp_path):
     path = tmp_path / "train.json"
     path.write_bytes(json.dumps({"text": "好"}).encode() + b"\n" + json.dumps({"text": TEXT}, ensure_ascii=False)
                      .encode("gbk") + b"\n")  # fmt: skip
-    with pytest.raises(DataError, match=rf"^{path} line 2 is not UTF-8 \(invalid continuation byte at byte 11\); save the "
-                                        r"file as UTF-8\.$"):
+    with pytest.raises(DataError, match=rf"^{path} line 2 is not UTF-8 text \(invalid continuation byte at byte 10 "
+                                        r"of the line\); convert the file to UTF-8\.$"):
         read_cluener(str(path))
 
 
