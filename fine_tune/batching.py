@@ -45,7 +45,7 @@ def batch_plan(
     lengths: np.ndarray,
     batch_size: int,
     mode: str,
-    seed: int | None = None,
+    seed: int | tuple[int, ...] | None = None,
     drop_remainder: bool = False,
 ) -> list[np.ndarray]:
     """The row indices of each batch.
@@ -54,7 +54,8 @@ def batch_plan(
         lengths: the length of every row.
         batch_size: rows per batch (the global batch, across replicas).
         mode: one of `PADDING_MODES`.
-        seed: shuffles the rows (training) when given; evaluation passes None.
+        seed: shuffles the rows (training) when given, an int or a tuple of ints (NumPy's
+            `SeedSequence` mixes them: training passes (seed, epoch)); evaluation passes None.
         drop_remainder: drop the last, smaller batch (static shapes for TPU).
     """
     if mode not in PADDING_MODES:

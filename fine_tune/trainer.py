@@ -179,7 +179,9 @@ class FineTuningTrainer:
             features.lengths,
             config.train_batch_size,
             config.padding,
-            seed=config.seed + epoch,
+            # (seed, epoch), not seed + epoch: that gave seed s at epoch e the order of seed
+            # s + 1 at epoch e - 1, so the runs of neighbouring seeds shared most epochs.
+            seed=(config.seed, epoch),
             drop_remainder=self.drop_remainder,
         )
 

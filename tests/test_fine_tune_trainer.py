@@ -85,6 +85,22 @@ def test_two_steps_clip_the_dense_global_norm(tmp_path):
         np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-4, atol=1e-5, err_msg=ours.path)
 
 
+def test_neighbouring_seeds_share_no_epoch_order(tmp_path):
+    """Every (seed, epoch) has its own batch order: seed 1's second epoch is not seed 2's
+    first (it was, when the plan's seed was seed + epoch), and a seed's epochs differ."""
+    features = Features({"input_word_ids": [np.arange(4, dtype=np.int32)] * 64}, {}, np.arange(64))
+
+    def order(seed: int, epoch: int) -> list[int]:
+        config = dataclasses.replace(two_step_config(str(tmp_path)), seed=seed)
+        trainer = FineTuningTrainer(classifier(seed=7), classification_loss, False, config, tf.distribute.get_strategy())
+        return np.concatenate(trainer._plan(features, epoch)).tolist()
+
+    orders = [order(seed, epoch) for seed in (1, 2) for epoch in (0, 1)]
+    assert sorted(orders[0]) == list(range(64))
+    assert len({tuple(o) for o in orders}) == 4
+    assert order(1, 1) == orders[1]  # still a function of (seed, epoch): a resumed run replays it
+
+
 MIRRORED_SCRIPT = textwrap.dedent(
     """
     import sys
