@@ -266,3 +266,4 @@ def test_records_of_another_length_than_the_flags_name_the_file_and_both(phases,
                "but --max_seq_length=64 and --max_predictions_per_seq=10")  # fmt: skip
     fails_with(capsys, phase_flags(phases["long"], out, phases["config"], {**PHASE2, "max_predictions_per_seq": 20}),
                "max_seq_length 64 and max_predictions_per_seq 10", "--max_predictions_per_seq=20")  # fmt: skip
+    assert not out.exists()  # refused before anything is written: no empty --output_dir left behind

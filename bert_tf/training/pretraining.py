@@ -92,9 +92,7 @@ class PretrainingRun:
         self.strategy = strategy or create_strategy(
             options.distribution_strategy, options.tpu_name, options.tpu_zone, options.gcp_project
         )
-        self.output = OutputDir(options.output_dir, self.strategy)
-        if not self.output.chief:  # one voice per cluster: the chief's
-            self.log = lambda message: None
+        # The data is checked before --output_dir is made: a refused run leaves nothing behind.
         config = options.bert_config
         check = (options.max_seq_length, options.max_predictions_per_seq, config.vocab_size, options.dynamic_masking)
         self.files = inputs.check_input_files(options.input_file, *check)
@@ -102,6 +100,9 @@ class PretrainingRun:
         special_ids = inputs.special_token_ids(options.vocab_file) if options.vocab_file else ()
         if options.dynamic_masking:
             inputs.check_special_ids(special_ids, config.vocab_size)
+        self.output = OutputDir(options.output_dir, self.strategy)
+        if not self.output.chief:  # one voice per cluster: the chief's
+            self.log = lambda message: None
         self.data = inputs.DataSpec(
             tuple(self.files), options.max_seq_length, options.max_predictions_per_seq, config.vocab_size,
             options.dynamic_masking, options.seed, special_ids,
