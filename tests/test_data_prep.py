@@ -573,6 +573,25 @@ def test_chinese_whole_word_masking_masks_jieba_words_whole(tmp_path):
     assert 0.2 < continuation.sum() / examples["input_mask"].sum() < 0.6
 
 
+def test_chinese_whole_word_masking_without_rjieba_says_what_to_install(tmp_path):
+    # A user without rjieba: an `rjieba` that fails to import, first on the path.
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "rjieba.py").write_text('raise ImportError("not installed (test)")\n')
+    corpus = cut(shared_file("pretrain/clue_zh_small.txt"), tmp_path, 2_000)
+    result = PROJECT.run(
+        "create_pretraining_data.py", "--noprogress", f"--input_file={corpus}", f"--output_file={tmp_path / 'zh'}",
+        f"--vocab_file={shared_file(CHINESE)}", "--zh_whole_word_mask",
+        env={"PYTHONPATH": os.pathsep.join([str(blocked), str(REPO_ROOT)])}, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --zh_whole_word_mask needs the rjieba word segmenter: pip install rjieba."
+    )
+    assert "Traceback" not in result.stderr
+    assert list(tmp_path.glob("zh*")) == []
+
+
 # ----------------------------------------------------------------------------------
 # Corpus and vocabulary tools
 
