@@ -8,8 +8,8 @@ gRPC requests, or `tf.saved_model.load` in any Python with `tensorflow` and
 
 | task | inputs | outputs |
 |---|---|---|
-| classification | `text_a` (+ `text_b` for pair tasks) | `label` (string), `label_id` (int32), `probabilities` (float32 [batch, labels]) |
-| regression (STS-B) | the same | `score` (float32) |
+| classification | `text_a` (+ `text_b` for pair tasks) | `label` (string), `label_id` (int32), `probabilities` (float32 [batch, labels]), `truncated` (bool: the input was longer than `max_seq_length` and cut as in training) |
+| regression (STS-B) | the same | `score` (float32), `truncated` |
 | NER | `text` | per word: `tags`, `word_start`, `word_end` (character offsets in `text`), `num_words`; per entity: `entity_type`, `entity_text`, `entity_start`, `entity_end`, `num_entities` (padded with "" / -1) |
 | SQuAD | `question`, `context` | `answer` (string, "" for none), `start`, `end` (int32 character offsets in `context`), `score` (float32 n-best probability); SQuAD 2.0 also `has_answer` (bool), `null_score_diff` (float32) |
 
@@ -83,14 +83,19 @@ class ClassifierExport(tf.Module):
             self.serve = serving_function(lambda text_a: self.answer([text_a]), specs)
 
     def answer(self, texts: list[tf.Tensor]) -> dict[str, tf.Tensor]:
-        outputs = self.model(self.preprocessor(texts), training=False)
+        segments = [self.preprocessor.tokenize(tf.reshape(text, [-1])) for text in texts]
+        outputs = self.model(self.preprocessor.pack(segments), training=False)
+        # Whether a row lost tokens to `max_seq_length` ([CLS] and one [SEP] per segment besides).
+        tokens = tf.add_n([segment.merge_dims(1, 2).row_lengths() for segment in segments])
+        truncated = tokens + len(segments) + 1 > self.preprocessor.seq_length
         if self.regression:
-            return {"score": outputs[:, 0]}
+            return {"score": outputs[:, 0], "truncated": truncated}
         label_id = tf.argmax(outputs, axis=-1, output_type=tf.int32)
         return {
             "label": self.label_names.lookup(tf.cast(label_id, tf.int64)),
             "label_id": label_id,
             "probabilities": tf.nn.softmax(outputs, axis=-1),
+            "truncated": truncated,
         }
 
 

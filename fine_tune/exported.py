@@ -9,8 +9,8 @@ by the predictor's own classes, so an input the run dir refuses is refused here 
 same words.
 
 What an export cannot do: `embed` (it holds the task's outputs, not the encoder's; use
-`bert-export --hub_dir` or the run dir), settings (they were fixed at export), and the
-note on truncated inputs (the graph does not report them).
+`bert-export --hub_dir` or the run dir) and settings (they were fixed at export).
+A classifier's note on truncated inputs comes from the signature's `truncated` output.
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ class ExportedModel(TaskModel):
         inputs = [self.example(row, where, index) for index, (row, where) in enumerate(zip(rows, sources))]
         bar = progress_bar(len(inputs), "inputs", enabled=progress and len(inputs) >= PROGRESS_MIN_ROWS)
         results: list[Any] = []
+        truncated = 0
         for start in range(0, len(inputs), self.batch_size):
             chunk = inputs[start : start + self.batch_size]
             request = self.request([example for example, _ in chunk])
@@ -100,9 +101,10 @@ class ExportedModel(TaskModel):
                        self.serve(**{name: tf.constant(texts, tf.string) for name, texts in request.items()}).items()}
             results += [self.result(example, context, self.prediction(outputs, row))
                         for row, (example, context) in enumerate(chunk)]
+            truncated += int(outputs["truncated"].sum()) if "truncated" in outputs else 0  # taggers and SQuAD: windows
             bar.update(len(chunk))
         bar.close()
-        return results, 0
+        return results, truncated
 
     def request(self, examples: Sequence[Any]) -> dict[str, list[str]]:
         raise NotImplementedError

@@ -109,6 +109,11 @@ def test_the_export_answers_as_the_keras_model_in_a_fresh_python(mrpc, tmp_path)
     np.testing.assert_allclose(answers["probabilities"], expected, atol=1e-5)
     labels = load_run(str(run_dir)).labels
     assert answers["label_id"] == expected.argmax(axis=1).tolist()
+    # Cut by max_seq_length: counted with the original's tokenizer ([CLS] A [SEP] B [SEP]).
+    loaded = load_run(str(run_dir))
+    tokenizer = FullTokenizer(loaded.vocab_file, do_lower_case=loaded.do_lower_case)
+    too_long = [len(tokenizer.tokenize(a)) + len(tokenizer.tokenize(b)) + 3 > loaded.max_seq_length for a, b in pairs]
+    assert answers["truncated"] == too_long and 0 < sum(too_long) < len(pairs)
     assert answers["label"] == [labels[i] for i in expected.argmax(axis=1)]
     assert sorted((export_dir / "assets").iterdir()) == sorted(
         export_dir / "assets" / name for name in ("bert_export.json", "labels.txt", "vocab.txt"))
@@ -122,7 +127,8 @@ def test_saved_model_cli_lists_string_inputs(mrpc):
     signature = shown[shown.index("signature_def['serving_default']"):]
     for name in ("text_a", "text_b"):
         assert f"inputs['{name}'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in signature
-    for name, dtype in (("label", "DT_STRING"), ("label_id", "DT_INT32"), ("probabilities", "DT_FLOAT")):
+    outputs = (("label", "DT_STRING"), ("label_id", "DT_INT32"), ("probabilities", "DT_FLOAT"), ("truncated", "DT_BOOL"))
+    for name, dtype in outputs:
         assert f"outputs['{name}'] tensor_info:\n        dtype: {dtype}" in signature
 
 
@@ -244,12 +250,16 @@ def test_the_fine_tuned_encoder_in_tf_hub_layout(mrpc):
     np.testing.assert_allclose(outputs["pooled_output"].numpy(), np.asarray(expected["pooled_output"]), atol=1e-5)
 
 
-def test_load_task_model_predicts_through_an_export_as_through_the_run_dir(mrpc):
+def test_load_task_model_predicts_through_an_export_as_through_the_run_dir(mrpc, capsys):
     run_dir, export_dir = mrpc
     from_run, from_export = load_task_model(run_dir), load_task_model(export_dir)
     assert (from_export.kind, from_export.labels, from_export.takes_pairs) == ("classifier", from_run.labels, True)
     pairs = [(row[3], row[4]) for row in (line.split("\t") for line in glue_rows("MRPC", 24)[1:])] + [("", "")]
-    expected, got = from_run.predict(pairs), from_export.predict(pairs)
+    capsys.readouterr()
+    expected = from_run.predict(pairs)
+    note = capsys.readouterr().err
+    got = from_export.predict(pairs)
+    assert capsys.readouterr().err == note and note.startswith("note: ")  # the same truncation note
     assert [c.label for c in got] == [c.label for c in expected]
     assert [c.label_id for c in got] == [c.label_id for c in expected]
     np.testing.assert_allclose([c.probabilities for c in got], [c.probabilities for c in expected], atol=1e-5)
@@ -321,7 +331,8 @@ def test_a_regression_task_exports_its_score(tmp_path):
     serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
     pairs = [("A man is playing a guitar.", "A man plays the guitar."), ("", "A dog runs.")]
     outputs = serve(text_a=tf.constant([a for a, _ in pairs]), text_b=tf.constant([b for _, b in pairs]))
-    assert sorted(outputs) == ["score"]
+    assert sorted(outputs) == ["score", "truncated"]
+    assert outputs["truncated"].numpy().tolist() == [False, False]  # 12 and 7 WordPieces, max_seq_length 32
     loaded = load_run(str(tmp_path / "run"))
     assert loaded.is_regression and not (tmp_path / "export" / "assets" / "labels.txt").exists()
     tokenizer = FullTokenizer(loaded.vocab_file, do_lower_case=True)
