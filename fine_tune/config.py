@@ -69,6 +69,50 @@ def from_dict(cls: type, data: Mapping[str, Any]) -> Any:
     return cls(**{key: value for key, value in data.items() if key in names})
 
 
+_BOOLEANS = {"true": True, "false": False}
+
+
+def typed_setting(cls: type, name: str, value: Any) -> Any:
+    """`value` for the field `name` of the config class `cls`, as the type its flag declares:
+    a string from a command line ("64", "false") is read, anything else of the wrong type is
+    refused in one sentence (a "False" kept as a string would be taken as true).
+
+    >>> from fine_tune.squad.task import SquadConfig
+    >>> typed_setting(SquadConfig, "version_2_with_negative", "False"), typed_setting(SquadConfig, "doc_stride", "64")
+    (False, 64)
+    >>> typed_setting(SquadConfig, "n_best_size", 2.5)
+    Traceback (most recent call last):
+    ...
+    bert_tf.errors.BertTfError: The setting n_best_size=2.5 must be an integer.
+    """
+    field = next(field for field in dataclasses.fields(cls) if field.name == name)
+    if FLAG not in field.metadata or (value is None and field.default is None):
+        return value
+    kind = field.metadata[FLAG][1].kind
+    text = value.strip() if isinstance(value, str) else None
+    if kind is bool:
+        if isinstance(value, bool) or (text is not None and text.lower() in _BOOLEANS):
+            return value if isinstance(value, bool) else _BOOLEANS[text.lower()]
+        raise BertTfError(f"The setting {name}={value!r} must be true or false.")
+    if kind in (int, float):
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else _number(text)
+        if number is None or (kind is int and number != int(number)):
+            raise BertTfError(f"The setting {name}={value!r} must be {'an integer' if kind is int else 'a number'}.")
+        return kind(number)
+    if isinstance(kind, tuple) and value not in kind:
+        raise BertTfError(f"The setting {name}={value!r} must be one of {', '.join(kind)}.")
+    if kind is str and not isinstance(value, str):
+        raise BertTfError(f"The setting {name}={value!r} must be a string.")
+    return value
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 # === The configs ===
 TASK_FLAG = Flag(str, None, "The name of the task (the command's description lists them).", aliases=("task",))
 

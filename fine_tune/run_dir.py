@@ -35,7 +35,7 @@ from bert_tf.errors import BertTfError
 from bert_tf.tokenization import FullTokenizer
 from bert_tf.training.runloop import dtype_policy
 from fine_tune import cli, registry
-from fine_tune.config import RunConfig, TaskConfig
+from fine_tune.config import RunConfig, TaskConfig, typed_setting
 from fine_tune.task import Task
 from fine_tune.trainer import BEST_DIR, WEIGHTS_NAME, fine_tuned_weights, load_fine_tuned
 
@@ -119,7 +119,8 @@ def _task(run_dir: str, settings: dict[str, Any]) -> tuple[Task, TaskConfig, Run
     if unknown:
         raise BertTfError(f"{unknown[0]!r} is not a setting of {task.name} models; their settings are "
                           f"{', '.join(sorted(fields)) or 'none'}.")
-    task_config = dataclasses.replace(task_config, **settings)
+    typed = {name: typed_setting(type(task_config), name, value) for name, value in settings.items()}
+    task_config = dataclasses.replace(task_config, **typed)
     return registry.build_task(task_config, run_config), task_config, run_config, record
 
 

@@ -402,6 +402,22 @@ def test_wrong_kind_of_input_or_model(sst2, conll, squad_v1):
         load_task_model(sst2 / "out", doc_stride=64)
 
 
+def test_settings_are_read_as_their_flags_types(squad_v1):
+    """A setting as a command line gives it ("False", "48") means what the flag would: the
+    string "False" once switched SQuAD 2.0 on (a non-empty string is true)."""
+    question, context = "Who won the game?", "Denver won the game against Carolina."
+    plain = load_task_model(squad_v1 / "out", **SQUAD).answer(question, context)
+    as_strings = load_task_model(squad_v1 / "out", doc_stride="48", max_query_length="32",
+                                 version_2_with_negative="False").answer(question, context)
+    assert as_strings == plain and plain.has_answer and plain.null_score_diff is None
+    for setting, message in [({"version_2_with_negative": "no"}, "version_2_with_negative='no' must be true or false"),
+                             ({"doc_stride": "abc"}, "doc_stride='abc' must be an integer"),
+                             ({"n_best_size": 2.5}, "n_best_size=2.5 must be an integer"),
+                             ({"null_score_diff_threshold": True}, "null_score_diff_threshold=True must be a number")]:
+        with pytest.raises(BertTfError, match=f"^The setting {message}.$"):
+            load_task_model(squad_v1 / "out", **setting)
+
+
 def test_incomplete_or_damaged_run_dirs(sst2, tmp_path):
     with pytest.raises(BertTfError, match="is not a folder"):
         load_task_model(tmp_path / "nope")
