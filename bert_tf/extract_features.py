@@ -45,7 +45,7 @@ import numpy as np
 from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
-from bert_tf.flags import Flag, flag_values, run_main
+from bert_tf.flags import Flag, flag_values, path_within, run_main
 from bert_tf.feature_writers import JsonLinesWriter, NpyWriter, atomic_outputs, companion_paths
 from bert_tf.packing import pack_pair
 from bert_tf.pooling import POOLINGS, check_layers, pool, word_start_mask
@@ -236,6 +236,8 @@ def _check_files(options: Options) -> None:
         raise BertTfError(f"The folder of --output_file {options.output_file} does not exist; create it first.")
     if os.path.isdir(options.output_file):
         raise BertTfError(f"--output_file {options.output_file} is a folder; give a file name.")
+    if any(path_within(path, options.input_file) for path in [options.output_file, *companion_paths(options.output_file)]):
+        raise BertTfError(f"--output_file {options.output_file} would replace --input_file; give another file name.")
     if options.bert_config_file and not os.path.isfile(options.bert_config_file):
         raise BertTfError(f"--bert_config_file {options.bert_config_file} does not exist.")
     if options.vocab_file and not os.path.isfile(options.vocab_file):

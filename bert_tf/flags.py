@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -216,6 +217,13 @@ def require(values: flags.FlagValues, *names: str) -> None:
     for name in names:
         if values[name].value in (None, ""):
             raise BertTfError(f"--{name} is required.")
+
+
+def path_within(path: str, folder: str) -> bool:
+    """Whether the path `path` is `folder` or lies inside it (links resolved): an output
+    flag that would replace an input (or a folder holding it) is refused with this."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder
 
 
 def help_text(values: flags.FlagValues, description: str) -> str:

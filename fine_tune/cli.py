@@ -39,7 +39,7 @@ from bert_tf import checkpoints
 from bert_tf.config import BertConfig
 from bert_tf.encoder import BertEncoder
 from bert_tf.errors import BertTfError
-from bert_tf.flags import SHARED, Flag, flag_values, parse, run_main, set_default
+from bert_tf.flags import SHARED, Flag, flag_values, parse, path_within, run_main, set_default
 from bert_tf.tokenization import FullTokenizer
 from bert_tf.training.distribution import create_strategy, is_chief
 from bert_tf.training.runloop import dtype_policy, write_atomically, write_results, write_scalars
@@ -232,6 +232,9 @@ def _check_flags(task_config: TaskConfig, args: RunConfig) -> None:
     dtype_policy(args.mixed_precision)  # validates the setting early
     if args.export_dir and os.path.exists(args.export_dir):  # before hours of training, not after
         raise BertTfError(f"--export_dir {args.export_dir} already exists; remove it or give a new folder.")
+    if args.export_dir and path_within(args.output_dir, args.export_dir):
+        raise BertTfError(f"--export_dir {args.export_dir} would hold --output_dir {args.output_dir}; give a folder "
+                          "outside the run.")
 
 
 # === Model, config and vocabulary ===

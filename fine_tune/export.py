@@ -43,7 +43,7 @@ from absl.flags import FlagValues
 
 from bert_tf import hub_export, tokenization
 from bert_tf.errors import BertTfError
-from bert_tf.flags import Flag, flag_values, require, run_main
+from bert_tf.flags import Flag, flag_values, path_within, require, run_main
 from bert_tf.hub_export import atomic_folder, save_atomically, serving_function
 from bert_tf.preprocessing import BertPreprocessor
 from fine_tune.run_dir import LoadedRun, load_run
@@ -239,8 +239,12 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
     layout to `hub_dir/preprocess` and `hub_dir/encoder`), computing in `mixed_precision`
     (`load_run`'s); returns the export's path."""
     check_export_dir(export_dir, overwrite)
+    if path_within(model_dir, export_dir):  # replacing the export would delete the run
+        raise BertTfError(f"--export_dir {export_dir} holds --model_dir {model_dir}; give a folder outside the run.")
     if hub_dir is not None:
         check_export_dir(hub_dir, overwrite, "--hub_dir")
+        if path_within(hub_dir, export_dir) or path_within(export_dir, hub_dir):  # each is written whole, replacing the other
+            raise BertTfError(f"--hub_dir {hub_dir} and --export_dir {export_dir} overlap; give two separate folders.")
     run = load_run(model_dir, mixed_precision=mixed_precision)
     with tempfile.TemporaryDirectory() as assets_dir:
         if run.family == "squad":

@@ -187,6 +187,27 @@ def test_an_existing_hub_dir_needs_overwrite(mrpc, tmp_path, capsys):
     assert not (tmp_path / "new").exists()
 
 
+def test_overlapping_folders_are_refused_before_anything_is_replaced(mrpc, tmp_path, capsys):
+    """--export_dir over the run itself (with --overwrite it deleted the fine-tuned weights), or
+    --hub_dir over --export_dir (the second folder written replaced the first), is refused."""
+    run_dir, export_dir = mrpc
+    files = sorted(str(p) for p in run_dir.parent.rglob("*"))
+    for flags, message in [
+        ([f"--export_dir={run_dir}"], f"--export_dir {run_dir} holds --model_dir {run_dir}; give a folder outside "
+                                      "the run."),
+        ([f"--export_dir={run_dir.parent}"], f"--export_dir {run_dir.parent} holds --model_dir {run_dir}; give a "
+                                             "folder outside the run."),
+        ([f"--export_dir={export_dir}", f"--hub_dir={export_dir}"], f"--hub_dir {export_dir} and --export_dir "
+                                                                    f"{export_dir} overlap; give two separate folders."),
+        ([f"--export_dir={export_dir}", f"--hub_dir={export_dir / 'hub'}"], f"--hub_dir {export_dir / 'hub'} and "
+                                                                            f"--export_dir {export_dir} overlap; give "
+                                                                            "two separate folders."),
+    ]:
+        assert main([f"--model_dir={run_dir}", *flags, "--overwrite"]) == 1
+        assert capsys.readouterr().err == f"error: {message}\n"
+    assert sorted(str(p) for p in run_dir.parent.rglob("*")) == files
+
+
 def test_bad_model_dirs_are_one_sentence(mrpc, tmp_path, capsys):
     run_dir = mrpc[0]
 
@@ -232,7 +253,12 @@ def test_run_scripts_refuse_an_export_dir_they_cannot_write_before_training(tmp_
                              *common]) == 1
     assert capsys.readouterr().err == (f"error: --export_dir {tmp_path / 'taken'} already exists; remove it or give "
                                        "a new folder.\n")
-    assert not (tmp_path / "run").exists()
+    holder = tmp_path / "new"  # the run would be made inside the export, which the export then replaces
+    assert command("classifier", ["--task=mrpc", f"--data_dir={tmp_path}", f"--export_dir={holder}",
+                                  *common, f"--output_dir={holder / 'run'}"]) == 1
+    assert capsys.readouterr().err == (f"error: --export_dir {holder} would hold --output_dir {holder / 'run'}; give "
+                                       "a folder outside the run.\n")
+    assert not (tmp_path / "run").exists() and not holder.exists()
 
 
 def test_the_fine_tuned_encoder_in_tf_hub_layout(mrpc):

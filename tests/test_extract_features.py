@@ -233,6 +233,22 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path, capsys, minilm_d
     assert sorted(path.name for path in tmp_path.iterdir()) == (["input.txt"] if content is not None else [])
 
 
+@pytest.mark.parametrize("input_name, output_name, flags", [
+    ("lines.txt", "lines.txt", ["--layers=-1"]),
+    ("words.tokens.txt", "words.npy", ["--output_format=npy", "--pooling=none"]),  # its tokens companion
+])
+def test_the_input_file_is_never_an_output(tmp_path, capsys, minilm_dir, input_name, output_name, flags):
+    """An output (or a token-level npy's companion file) named as --input_file replaced the input."""
+    input_file, output = tmp_path / input_name, tmp_path / output_name
+    input_file.write_text("a sentence\n", encoding="utf-8")
+    argv = [f"--input_file={input_file}", f"--output_file={output}", f"--init_checkpoint={minilm_dir}", *flags]
+    assert extract_features.main(argv) == 1
+    assert capsys.readouterr().err == f"error: --output_file {output} would replace --input_file; give another " \
+                                      "file name.\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == [input_name]
+    assert input_file.read_text(encoding="utf-8") == "a sentence\n"
+
+
 def test_a_failed_extraction_keeps_the_old_output_and_leaves_no_temporary(tmp_path, input_file, minilm_dir,
                                                                          monkeypatch):
     """The model fails on the second batch, after the first was written: the old output stays."""

@@ -532,4 +532,9 @@ def test_bert_predict_bad_flags(capsys, tmp_path, mrpc, squad_v1):
     status, err = run_batch(capsys, tmp_path, tmp_path / "q.txt", tmp_path / "o.jsonl")
     assert status == 1 and "is not a finished fine-tuning run (fine_tune.json is missing)" in err
     assert not (tmp_path / "o.jsonl").exists()
+    (tmp_path / "pairs.tsv").write_text("He said so.\tSo he said.\n")
+    status, err = run_batch(capsys, mrpc / "out", tmp_path / "pairs.tsv", tmp_path / "pairs.tsv")  # replaced it
+    assert (status, err) == (1, f"error: --output_file {tmp_path / 'pairs.tsv'} is --input_file; give another "
+                                "file name.\n")
+    assert (tmp_path / "pairs.tsv").read_text() == "He said so.\tSo he said.\n"
 
