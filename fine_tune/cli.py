@@ -191,7 +191,9 @@ def run(task_config: TaskConfig, args: RunConfig) -> dict[str, Any]:
     _check_model_fits(args, config, tokenizer, vocab_file)
     state = Run(args, task_config, task, config, tokenizer, vocab_file, strategy, args.training_config(), checkpoint)
     splits = {split: _read(state, split) for split in ("train", "dev", "test") if args.wants(split)}
-    state.labels = _labels(state, splits.get("train"))
+    state.labels = _labels(state, splits.get("train"))  # from the whole train set, not the first N
+    if "train" in splits and args.max_train_examples:
+        splits["train"][0].examples = splits["train"][0].examples[: args.max_train_examples]
     report: dict[str, Any] = {"task": task.name, "labels": list(state.labels)}
     with state.strategy.scope():
         model = task.head.build(_encoder(state), max(len(state.labels), 1), config.hidden_dropout_prob)
@@ -317,10 +319,7 @@ def _load_fine_tuned(state: Run, model: keras.Model) -> None:
 
 # === Data ===
 def _read(state: Run, split: str) -> list[EvalSet]:
-    sets = state.task.reader.read(state.task_config.data_dir or "", split)
-    if split == "train" and state.args.max_train_examples:
-        sets[0].examples = sets[0].examples[: state.args.max_train_examples]
-    return sets
+    return state.task.reader.read(state.task_config.data_dir or "", split)
 
 
 def _labels(state: Run, train: list[EvalSet] | None) -> tuple[str, ...]:

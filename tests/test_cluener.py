@@ -83,6 +83,23 @@ def test_cluener_end_to_end_writes_predictions_in_its_format(tmp_path):
         read_cluener(str(out / f"{name}_predictions.json"))
 
 
+def test_a_train_subset_keeps_the_whole_train_sets_labels(tmp_path):
+    """--max_train_examples=3 once took the labels from those 3 lines only, and the dev set's
+    other entity types were then refused as unknown labels."""
+    data = tmp_path / "cluener"
+    write_split(data, "train.json", lines_of("train.json", 0, 48))
+    write_split(data, "dev.json", lines_of("dev.json", 0, 16))
+    subset = fine_tune("ner", "cluener", data, tmp_path / "subset", "--do_train", "--do_eval",
+                       "--max_train_examples=3", vocab=CHINESE)
+
+    def types(lines: list[str]) -> set[str]:
+        return {kind for line in lines for kind in json.loads(line)["label"]}
+
+    assert types(lines_of("train.json", 0, 3)) < types(lines_of("train.json", 0, 48))
+    assert {label[2:] for label in subset["labels"] if label != "O"} == types(lines_of("train.json", 0, 48))
+    assert set(subset["eval"]) == {"dev_precision", "dev_recall", "dev_f1"}
+
+
 def test_span_not_matching_its_entity_names_file_line_and_span(tmp_path, capsys):
     lines = lines_of("train.json", 0, 3)
     record = json.loads(lines[1])  # 生生不息CSOL生化狂潮让你填弹狂扫: game CSOL [4, 7]
