@@ -113,8 +113,16 @@ def sentence_splitter(language: str) -> Callable[[str], list[str]]:
 
     >>> sentence_splitter("zh")("绝望压抑到死。ps题外话，再来交稿。他说：“好的。”")
     ['绝望压抑到死。', 'ps题外话，再来交稿。', '他说：“好的。”']
+    >>> sentence_splitter("chinese")
+    Traceback (most recent call last):
+    ...
+    bert_tf.errors.BertTfError: --language 'chinese' is not a language code such as en, zh or de.
     """
     import sentencex  # noqa: PLC0415 (only this tool needs it)
+
+    # sentencex takes any string and splits by English rules when it does not know it.
+    if not re.fullmatch(r"[a-z]{2,3}(-[A-Za-z0-9]{2,8})*", language):
+        raise BertTfError(f"--language {language!r} is not a language code such as en, zh or de.")
 
     cjk = language.split("-")[0] in ("zh", "ja")
 

@@ -84,6 +84,9 @@ def spans_of(label: dict, text: str, source: str) -> list[Span]:
                 if not (isinstance(position, list) and len(position) == 2 and all(type(p) is int for p in position)):
                     raise DataError(f"{source}: the {kind} span {position!r} of {entity!r} is not [start, end].")
                 start, end = position
+                if start > end:
+                    raise DataError(f"{source}: the {kind} span [{start}, {end}] of {entity!r} starts after it ends; "
+                                    "give [start, end] with end inclusive.")
                 if not 0 <= start <= end < len(text):
                     raise DataError(
                         f"{source}: the {kind} span [{start}, {end}] of {entity!r} is outside the text "

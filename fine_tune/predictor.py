@@ -155,6 +155,8 @@ def load_task_model(run_dir: str | os.PathLike, batch_size: int = 32, prefer_bes
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise BertTfError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise BertTfError(f"Give load_task_model the path of a run dir or export as a string, not {run_dir!r}.")
     from fine_tune import exported  # it builds on this module's classes
 
     if exported.is_export(run_dir):

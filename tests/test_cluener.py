@@ -124,6 +124,8 @@ TEXT = "浙商银行企业信贷部叶老桂博士"
     ({"text": TEXT, "label": {"company": {"浙商银行": [0, 3]}}}, "the company span 0 of '浙商银行' is not [start, end]."),
     ({"text": TEXT, "label": {"name": {"叶老桂": [[9, 14]]}}},
      "the name span [9, 14] of '叶老桂' is outside the text of 14 characters."),
+    ({"text": TEXT, "label": {"name": {"叶老桂": [[11, 9]]}}},
+     "the name span [11, 9] of '叶老桂' starts after it ends; give [start, end] with end inclusive."),
     ({"label": {}}, 'has no "text" string; CLUENER lines are {"text": ..., "label": ...}.'),
 ])
 def test_malformed_lines_are_one_sentence_naming_file_and_line(tmp_path, line, message):

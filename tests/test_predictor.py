@@ -421,6 +421,10 @@ def test_settings_are_read_as_their_flags_types(squad_v1):
 def test_incomplete_or_damaged_run_dirs(sst2, tmp_path):
     with pytest.raises(BertTfError, match="is not a folder"):
         load_task_model(tmp_path / "nope")
+    for not_a_path in (None, 123):
+        with pytest.raises(BertTfError, match=f"^Give load_task_model the path of a run dir or export as a string, "
+                                              f"not {not_a_path}.$"):
+            load_task_model(not_a_path)
     for missing in ("fine_tune.json", "bert_config.json", "vocab.txt"):
         broken = tmp_path / f"no_{missing}"
         shutil.copytree(sst2 / "out", broken, ignore=shutil.ignore_patterns(missing))
