@@ -4,7 +4,8 @@ and word vectors in a compact format.
 Input (`--input_file`): UTF-8, one text a line, or a pair as `text_a ||| text_b` (the
 separator with a space on each side, as the original's `^(.*) \\|\\|\\| (.*)$`). Each
 line is packed as `[CLS] a [SEP] (b [SEP])` within `--max_seq_length` (see
-`bert_tf.packing`). Empty lines and lines with more than one `|||` are refused.
+`bert_tf.packing`). An empty line is an empty text (as in the original); a line with more
+than one `|||` is refused.
 
 Output (`--output_file`), by `--output_format` and `--pooling`; layers are the
 `--layers` indices into the encoder's blocks (-1 is the last), in the order given:

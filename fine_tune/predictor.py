@@ -416,6 +416,8 @@ def pair_example(row: Any, where: str, pair: bool | None, task: str = "") -> Pai
         if pair is False:
             raise BertTfError(f"{where} is a pair of texts, but {task} classifies single texts; give one text.")
         return PairExample(where, as_text(row[0], f"{where} text_a"), as_text(row[1], f"{where} text_b"), None, where)
+    if isinstance(row, list):  # JSON's pairs are lists
+        raise BertTfError(f"{where} is a list; give a pair of texts as a (text_a, text_b) tuple.")
     if pair:
         raise BertTfError(f"{where} is one text, but {task} classifies pairs; give a (text_a, text_b) tuple.")
     return PairExample(where, as_text(row, where), None, None, where)

@@ -392,6 +392,8 @@ def test_bad_answer_inputs(squad_v1, question, context, message):
 def test_wrong_kind_of_input_or_model(sst2, conll, squad_v1):
     with pytest.raises(BertTfError, match="input 0 is a pair of texts, but sst-2 classifies single texts"):
         load_task_model(sst2 / "out").predict([("a", "b")])
+    with pytest.raises(BertTfError, match=r"^input 0 is a list; give a pair of texts as a \(text_a, text_b\) tuple.$"):
+        load_task_model(sst2 / "out").predict([["a", "b"]])
     with pytest.raises(BertTfError, match=r"holds a classifier \(sst-2, from run_classifier.py\); answer\(\) needs"):
         load_task_model(sst2 / "out").answer("Who?", "Denver won.")
     with pytest.raises(BertTfError, match="input 0 word 1 is None"):
