@@ -226,6 +226,14 @@ def path_within(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder
 
 
+def file_in_the_way(path: str) -> str | None:
+    """The file (not folder) among the parents of `path` that would stop it being created, if any."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    return None if os.path.isdir(parent) else parent
+
+
 def help_text(values: flags.FlagValues, description: str) -> str:
     """`description`, then every flag (in the order declared) with its aliases, type, default and help."""
     lines = [description.strip(), "", "flags:"]

@@ -99,6 +99,8 @@ def validate(options: GenerationOptions, num_workers: int) -> None:
 
 def check_writable(path: str, flag: str) -> None:
     """Raises `BertTfError` unless a file can be created next to `path`."""
+    if os.path.isdir(path):
+        raise BertTfError(f"{flag} {path} is a folder; give a file name.")
     directory = os.path.dirname(os.path.abspath(path))
     probe = os.path.join(directory, f".{os.path.basename(path)}.probe")
     try:

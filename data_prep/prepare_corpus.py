@@ -284,6 +284,8 @@ def prepare(
 ) -> CorpusCounts:
     """Writes `files` to `output_file` in BERT's layout (atomically); returns counts."""
     source = source or InputFormat()
+    if os.path.isdir(output_file):
+        raise BertTfError(f"--output_file {output_file} is a folder; give a file name.")
     minimum = source.minimum_sentences()
     counts = CorpusCounts()
     directory, name = os.path.split(os.path.abspath(output_file))

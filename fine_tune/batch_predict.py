@@ -41,7 +41,7 @@ from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
 from bert_tf.feature_writers import atomic_outputs
-from bert_tf.flags import Flag, flag_values, path_within, require, run_main
+from bert_tf.flags import Flag, file_in_the_way, flag_values, path_within, require, run_main
 from fine_tune.jsonl import utf8_lines
 
 FORMATS = (".txt", ".tsv", ".jsonl")
@@ -101,6 +101,9 @@ def _check(args: FlagValues) -> str:
             raise BertTfError(f"--{flag} must be positive, got {getattr(args, flag)}.")
     if os.path.isdir(args.output_file):
         raise BertTfError(f"--output_file {args.output_file} is a folder; give a file name.")
+    if file_in_the_way(args.output_file):
+        raise BertTfError(f"--output_file {args.output_file} cannot be made: {file_in_the_way(args.output_file)} is a "
+                          "file, not a folder.")
     if path_within(args.output_file, args.input_file):
         raise BertTfError(f"--output_file {args.output_file} is --input_file; give another file name.")
     return extension

@@ -43,7 +43,7 @@ from absl.flags import FlagValues
 
 from bert_tf import hub_export, tokenization
 from bert_tf.errors import BertTfError
-from bert_tf.flags import Flag, flag_values, path_within, require, run_main
+from bert_tf.flags import Flag, file_in_the_way, flag_values, path_within, require, run_main
 from bert_tf.hub_export import atomic_folder, save_atomically, serving_function
 from bert_tf.preprocessing import BertPreprocessor
 from fine_tune.run_dir import LoadedRun, load_run
@@ -229,6 +229,8 @@ def check_export_dir(export_dir: str, overwrite: bool, flag: str = "--export_dir
     """Refuses an existing `flag` folder without `--overwrite` (and a file in its place always)."""
     if os.path.isfile(export_dir):
         raise BertTfError(f"{flag} {export_dir} is a file; give a folder path for the SavedModel.")
+    if file_in_the_way(export_dir):
+        raise BertTfError(f"{flag} {export_dir} cannot be made: {file_in_the_way(export_dir)} is a file, not a folder.")
     if os.path.exists(export_dir) and not overwrite:
         raise BertTfError(f"{flag} {export_dir} already exists; pass --overwrite to replace it.")
 

@@ -392,6 +392,11 @@ def _bad_input_cases(tmp_path: Path) -> dict:
         "vocab_without_mask": ([f"--input_file={good}", f"--vocab_file={no_mask}"], 1, "[MASK]"),
         "predictions_over_length": ([f"--input_file={good}", "--max_predictions_per_seq=200"], 1, "must be between"),
         "unwritable_output": ([f"--input_file={good}", "--output_file=/etc/passwd/out.tfrecord"], 1, "Cannot write"),
+        # A folder as a file: once 'all output files exist; nothing to do', and a traceback after the work.
+        "output_is_a_folder": ([f"--input_file={good}", f"--output_file={tmp_path}"], 1,
+                               f"--output_file {tmp_path} is a folder; give a file name."),
+        "stats_file_is_a_folder": ([f"--input_file={good}", f"--stats_file={tmp_path}"], 1,
+                                   f"--stats_file {tmp_path} is a folder; give a file name."),
     }
 
 
@@ -407,6 +412,8 @@ def _bad_input_cases(tmp_path: Path) -> dict:
         "vocab_without_mask",
         "predictions_over_length",
         "unwritable_output",
+        "output_is_a_folder",
+        "stats_file_is_a_folder",
     ],
 )
 def test_bad_input_gives_one_clear_sentence(tmp_path, case):

@@ -205,6 +205,10 @@ def test_overlapping_folders_are_refused_before_anything_is_replaced(mrpc, tmp_p
     ]:
         assert main([f"--model_dir={run_dir}", *flags, "--overwrite"]) == 1
         assert capsys.readouterr().err == f"error: {message}\n"
+    blocked = run_dir / "fine_tune.json" / "export"
+    assert main([f"--model_dir={run_dir}", f"--export_dir={blocked}"]) == 1
+    assert capsys.readouterr().err == (f"error: --export_dir {blocked} cannot be made: {run_dir / 'fine_tune.json'} "
+                                       "is a file, not a folder.\n")  # was a FileExistsError
     assert sorted(str(p) for p in run_dir.parent.rglob("*")) == files
 
 

@@ -543,4 +543,7 @@ def test_bert_predict_bad_flags(capsys, tmp_path, mrpc, squad_v1):
     assert (status, err) == (1, f"error: --output_file {tmp_path / 'pairs.tsv'} is --input_file; give another "
                                 "file name.\n")
     assert (tmp_path / "pairs.tsv").read_text() == "He said so.\tSo he said.\n"
+    status, err = run_batch(capsys, mrpc / "out", tmp_path / "pairs.tsv", tmp_path / "pairs.tsv" / "o.jsonl")
+    assert (status, err) == (1, f"error: --output_file {tmp_path / 'pairs.tsv' / 'o.jsonl'} cannot be made: "
+                                f"{tmp_path / 'pairs.tsv'} is a file, not a folder.\n")  # was a FileExistsError
 

@@ -170,3 +170,10 @@ def test_command_reports_bad_input_in_one_line(tmp_path):
     assert result.returncode == 1
     assert result.stderr.startswith(f"error: {path} ends inside the article opened at line 14")
     assert "Traceback" not in result.stderr and not (tmp_path / "out.txt").exists()
+    good = write(tmp_path / "good_00", lines_of(ENWIKI, (1, 13)))
+    result = run_tool(f"--input_file={good}", f"--output_file={tmp_path}/", "--input_format=wikiextractor")
+    assert (result.returncode, result.stderr) == (1, f"error: --output_file {tmp_path}/ is a folder; give a file "
+                                                     "name.\n")  # was a NotADirectoryError after the work
+    result = run_tool(f"--input_file={good}", "--output_file=x.txt", "--language=chinese")
+    assert (result.returncode, result.stderr) == (1, "error: --language 'chinese' is not a language code such as en, "
+                                                     "zh or de.\n")
