@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from absl.flags import FlagValues
@@ -116,3 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name): exit status 0, 1 after one `error: ...` line on stderr, 130 when interrupted."""
     interrupted = "interrupted: complete output files are kept; run again to make the rest."
     return run_main(FLAGS, argv, __doc__, _generate, interrupted)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

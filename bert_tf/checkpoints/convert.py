@@ -76,3 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """bert-convert (`argv` without the program name): exit status 0, or 1 after one
     `error: ...` line on stderr."""
     return run_main(FLAGS, argv, __doc__, _convert)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

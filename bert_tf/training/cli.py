@@ -28,6 +28,7 @@ moments and schedule (--num_train_steps: the total), weights (the original's
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,3 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """run_pretraining.py / bert-pretrain (`argv` without the program name): exit status 0,
     or 1 after one `error: ...` line on stderr."""
     return run_main(FLAGS, argv, __doc__, _pretrain)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
