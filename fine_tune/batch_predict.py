@@ -71,21 +71,18 @@ FLAGS = flag_values(
 )  # fmt: skip
 
 
-def settings_of(pairs: Sequence[str]) -> dict[str, Any]:
-    """`--setting name=value` values; the value is read as JSON when it is JSON (true, -1.5), else a string.
+def settings_of(pairs: Sequence[str]) -> dict[str, str]:
+    """`--setting name=value` values, as strings: `load_run` reads each as its field's type.
 
-    >>> settings_of(["version_2_with_negative=true", "null_score_diff_threshold=-1.5", "label_scheme=iob2"])
-    {'version_2_with_negative': True, 'null_score_diff_threshold': -1.5, 'label_scheme': 'iob2'}
+    >>> settings_of(["version_2_with_negative=true", "null_score_diff_threshold=-1.5"])
+    {'version_2_with_negative': 'true', 'null_score_diff_threshold': '-1.5'}
     """
     settings = {}
     for pair in pairs:
         name, equals, value = pair.partition("=")
         if not equals or not name:
             raise BertTfError(f"--setting {pair!r} is not NAME=VALUE.")
-        try:
-            settings[name] = json.loads(value)
-        except json.JSONDecodeError:
-            settings[name] = value
+        settings[name] = value
     return settings
 
 
@@ -101,9 +98,8 @@ def _check(args: FlagValues) -> str:
             raise BertTfError(f"--{flag} must be positive, got {getattr(args, flag)}.")
     if os.path.isdir(args.output_file):
         raise BertTfError(f"--output_file {args.output_file} is a folder; give a file name.")
-    if file_in_the_way(args.output_file):
-        raise BertTfError(f"--output_file {args.output_file} cannot be made: {file_in_the_way(args.output_file)} is a "
-                          "file, not a folder.")
+    if blocker := file_in_the_way(args.output_file):
+        raise BertTfError(f"--output_file {args.output_file} cannot be made: {blocker} is a file, not a folder.")
     if path_within(args.output_file, args.input_file):
         raise BertTfError(f"--output_file {args.output_file} is --input_file; give another file name.")
     return extension

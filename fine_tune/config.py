@@ -91,8 +91,10 @@ def typed_setting(cls: type, name: str, value: Any) -> Any:
     kind = field.metadata[FLAG][1].kind
     text = value.strip() if isinstance(value, str) else None
     if kind is bool:
-        if isinstance(value, bool) or (text is not None and text.lower() in _BOOLEANS):
-            return value if isinstance(value, bool) else _BOOLEANS[text.lower()]
+        if isinstance(value, bool):
+            return value
+        if text is not None and text.lower() in _BOOLEANS:
+            return _BOOLEANS[text.lower()]
         raise BertTfError(f"The setting {name}={value!r} must be true or false.")
     if kind in (int, float):
         number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else _number(text)

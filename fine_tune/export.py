@@ -229,8 +229,8 @@ def check_export_dir(export_dir: str, overwrite: bool, flag: str = "--export_dir
     """Refuses an existing `flag` folder without `--overwrite` (and a file in its place always)."""
     if os.path.isfile(export_dir):
         raise BertTfError(f"{flag} {export_dir} is a file; give a folder path for the SavedModel.")
-    if file_in_the_way(export_dir):
-        raise BertTfError(f"{flag} {export_dir} cannot be made: {file_in_the_way(export_dir)} is a file, not a folder.")
+    if blocker := file_in_the_way(export_dir):
+        raise BertTfError(f"{flag} {export_dir} cannot be made: {blocker} is a file, not a folder.")
     if os.path.exists(export_dir) and not overwrite:
         raise BertTfError(f"{flag} {export_dir} already exists; pass --overwrite to replace it.")
 
