@@ -124,7 +124,7 @@ def _sigma_role(cp: int) -> int:
     ch = chr(cp)
     if not _pieces(True)[cp]:
         return _TRANSPARENT  # Cleaned away before lower-casing ever sees it.
-    if tokenization.is_whitespace(ch) or ch.isspace() or tokenization.is_cjk(cp):
+    if tokenization.is_word_separator(ch) or tokenization.is_cjk(cp):
         return _OTHER  # They end the word that `str.lower()` sees.
     if (ch + "\u03a3").lower()[-1] == "\u03c2":
         return _CASED

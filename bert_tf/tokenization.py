@@ -93,6 +93,18 @@ def _is_cleaned_away(ch: str) -> bool:
     return cp == 0 or cp == 0xFFFD or is_control(ch)
 
 
+def is_word_separator(ch: str) -> bool:
+    """Whether the original's words end at `ch`: what its `str.split()` splits at once its
+    cleaning has run. Its whitespace, and U+2028/U+2029 too (its cleaning keeps them); not
+    the control characters that Python also calls spaces (U+000C, U+001C, U+0085): the
+    cleaning deletes those first, so their neighbours stay one word.
+
+    >>> [is_word_separator(ch) for ch in " \u3000\u2028\x0c\x85a"]
+    [True, True, True, False, False, False]
+    """
+    return ch.isspace() and not _is_cleaned_away(ch)
+
+
 def lower_and_strip_accents(text: str) -> str:
     """`str.lower()`, NFD, then drop the non-spacing marks (Mn): the original's casing."""
     decomposed = unicodedata.normalize("NFD", text.lower())
@@ -114,9 +126,7 @@ def char_pieces(ch: str, do_lower_case: bool) -> tuple[tuple[str, int], ...]:
     """
     if _is_cleaned_away(ch):
         return ()
-    # `isspace` adds U+2028/U+2029: not whitespace to the original's cleaning, but its
-    # `str.split()` separates words on them all the same.
-    if is_whitespace(ch) or ch.isspace():
+    if is_word_separator(ch):
         return ((" ", SPACE),)
     text = lower_and_strip_accents(ch) if do_lower_case else ch
     if is_cjk(ord(ch)):

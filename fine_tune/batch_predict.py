@@ -19,9 +19,10 @@ in input order: the prediction's fields (`fine_tune.predictor`: `label`, `label_
 `has_answer`, `null_score_diff`), after the input's `"id"` when a .jsonl object has one.
 
 The file is streamed in chunks of `--chunk_size` inputs (memory stays bounded), with
-progress (rows/s, time left) on stderr; the output is written under a temporary name
-and renamed when complete, so a failure (a line that is not valid JSON, not UTF-8, of
-the wrong shape: file and line named) leaves no partial output. SQuAD 2.0 and other
+progress (rows/s, time left) on stderr. Every input is read and checked before the
+first is predicted, so a bad line (not valid JSON, not UTF-8, of the wrong shape: file
+and line named) stops the run at once; the output is written under a temporary name
+and renamed when complete, so a failure leaves no partial output (nor a new folder). SQuAD 2.0 and other
 task flags the run does not record go in `--setting name=value` (e.g.
 `--setting version_2_with_negative=true`). `--mixed_precision=bf16` computes in bfloat16
 (a run dir; an export computes in what `bert-export --mixed_precision` gave it).
@@ -49,9 +50,8 @@ FORMATS = (".txt", ".tsv", ".jsonl")
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One input: its line and where it is (for messages), the model's input, the id to copy to the output."""
+    """One input: where it is (for messages), the model's input, the id to copy to the output."""
 
-    line: int
     source: str
     value: Any
     id: Any = None
@@ -106,21 +106,6 @@ def _check(args: FlagValues) -> str:
 
 
 # === Reading ===
-def count_lines(path: str) -> int:
-    with open(path, "rb") as handle:
-        return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b"")) + _unterminated(path)
-
-
-def _unterminated(path: str) -> int:
-    """1 when the file's last line has no line end (it still is a line)."""
-    with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        if handle.tell() == 0:
-            return 0
-        handle.seek(-1, os.SEEK_END)
-        return int(handle.read(1) != b"\n")
-
-
 def _json_field(record: dict[str, Any], key: str, source: str) -> Any:
     if key not in record:
         raise BertTfError(f"{source} has no \"{key}\" field.")
@@ -141,15 +126,15 @@ def read_rows(path: str, extension: str, kind: str) -> Iterator[Row]:
                                   "each line must be one JSON object.") from None
             if not isinstance(record, dict):
                 raise BertTfError(f"{source} is a JSON {type(record).__name__}, not an object.")
-            yield Row(number, source, _json_input(record, source, kind), record.get("id"))
+            yield Row(source, _json_input(record, source, kind), record.get("id"))
         elif extension == ".tsv":
             cells = next(csv.reader([text], delimiter="\t", quotechar=None)) if text else [""]
-            yield Row(number, source, _tsv_input(cells, source, kind))
+            yield Row(source, _tsv_input(cells, source, kind))
         else:
             if kind == "question answerer":
                 raise BertTfError(f"{path}: a question answerer needs a question and a context per line; "
                                   "use a .tsv (question<TAB>context) or .jsonl ({\"question\", \"context\"}) file.")
-            yield Row(number, source, text)
+            yield Row(source, text)
 
 
 def _json_input(record: dict[str, Any], source: str, kind: str) -> Any:
@@ -175,6 +160,16 @@ def _tsv_input(cells: list[str], source: str, kind: str) -> Any:
             kind, "text_a or text_a<TAB>text_b")
         raise BertTfError(f"{source} has {len(cells)} tab-separated columns; a {kind} reads {what}.")
     return cells[0] if len(cells) == 1 else tuple(cells)
+
+
+def check_rows(path: str, extension: str, model: Any, chunk_size: int) -> int:
+    """Reads every input once and checks it as `model` would, so that a bad line is named
+    before anything is predicted or written; returns how many inputs there are."""
+    count = 0
+    for chunk in chunks(read_rows(path, extension, model.kind), chunk_size):
+        model.examples_of([row.value for row in chunk], [row.source for row in chunk])
+        count += len(chunk)
+    return count
 
 
 def chunks(rows: Iterator[Row], size: int) -> Iterator[list[Row]]:
@@ -203,8 +198,7 @@ def predict_file(args: FlagValues) -> int:
 
     model = load_task_model(args.model_dir, batch_size=args.batch_size, mixed_precision=args.mixed_precision,
                             **settings_of(args.setting))
-    os.makedirs(os.path.dirname(os.path.abspath(args.output_file)), exist_ok=True)
-    progress = progress_bar(count_lines(args.input_file), "rows")
+    progress = progress_bar(check_rows(args.input_file, extension, model, args.chunk_size), "rows")
     written = truncated = 0
     try:
         with atomic_outputs([args.output_file]) as (temporary,), open(temporary, "w", encoding="utf-8") as output:
@@ -215,7 +209,7 @@ def predict_file(args: FlagValues) -> int:
                                   for row, result in zip(chunk, results))
                 written += len(chunk)
                 truncated += cut
-                progress.update(chunk[-1].line - progress.n)  # lines read, blank ones included
+                progress.update(len(chunk))
     finally:
         progress.close()
     model.report_truncated(truncated, written)

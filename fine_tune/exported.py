@@ -25,7 +25,8 @@ import tensorflow as tf
 
 from bert_tf.errors import BertTfError
 from bert_tf.progress import progress_bar
-from fine_tune.export import EXPORT_INFO, SIGNATURE
+from bert_tf.tokenization import is_word_separator
+from fine_tune.export import EXPORT_INFO, LABELS_FILE, SIGNATURE
 from fine_tune.heads import Prediction
 from fine_tune.predictor import (PROGRESS_MIN_ROWS, Answer, Classifier, QuestionAnswerer, Regressor,
                                  Tagger, TaskModel)
@@ -50,6 +51,8 @@ def load_export(export_dir: str | os.PathLike, batch_size: int) -> "ExportedMode
         if missing:
             raise KeyError(f"{EXPORT_INFO} lacks {', '.join(missing)}")
         family, labels = info["family"], tuple(info["labels"])
+        if labels and _listed_labels(export_dir) != labels:  # the signature names label ids from labels.txt
+            raise ValueError(f"assets/{LABELS_FILE} does not list the {len(labels)} labels of {EXPORT_INFO}")
         serve = tf.saved_model.load(export_dir).signatures[SIGNATURE]
     except Exception as error:  # noqa: BLE001 - TF and protobuf raise many kinds for one damaged file
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -58,6 +61,11 @@ def load_export(export_dir: str | os.PathLike, batch_size: int) -> "ExportedMode
     kinds = {"squad": ExportedAnswerer, "ner": ExportedTagger}
     kind = kinds.get(family) or (ExportedClassifier if labels else ExportedRegressor)
     return kind(export_dir, info, serve, batch_size)
+
+
+def _listed_labels(export_dir: str) -> tuple[str, ...]:
+    with open(os.path.join(export_dir, "assets", LABELS_FILE), encoding="utf-8") as handle:
+        return tuple(line.rstrip("\n") for line in handle)
 
 
 class ExportedModel(TaskModel):
@@ -89,8 +97,7 @@ class ExportedModel(TaskModel):
 
     def predict_rows(self, rows: Sequence[Any], sources: Sequence[str] | None = None,
                      progress: bool = True) -> tuple[list[Any], int]:
-        sources = sources if sources is not None else [f"input {index}" for index in range(len(rows))]
-        inputs = [self.example(row, where, index) for index, (row, where) in enumerate(zip(rows, sources))]
+        inputs = self.examples_of(rows, sources)
         bar = progress_bar(len(inputs), "inputs", enabled=progress and len(inputs) >= PROGRESS_MIN_ROWS)
         results: list[Any] = []
         truncated = 0
@@ -143,12 +150,13 @@ class ExportedRegressor(ExportedClassifier, Regressor):
 
 
 class ExportedTagger(ExportedModel, Tagger):
-    """The export cuts a text at whitespace: it is given the predictor's words joined by single spaces."""
+    """The export cuts a text where the original ends words (`is_word_separator`, what the
+    graph's `word_separators` match): it is given the predictor's words joined by single spaces."""
 
     def example(self, row, where, index):
         example, context = super().example(row, where, index)
         for number, word in enumerate(example.words):
-            if not word or len(word.split()) != 1:
+            if not word or any(map(is_word_separator, word)):
                 raise BertTfError(f"{where} word {number} is {word!r}; an exported tagger takes words without "
                                   "whitespace (it cuts its text at whitespace).")
         return example, context

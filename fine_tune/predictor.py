@@ -51,7 +51,7 @@ from bert_tf import pooling as pooling_lib
 from bert_tf.encoder import BertEncoder
 from bert_tf.errors import BertTfError
 from bert_tf.progress import progress_bar
-from bert_tf.tokenization import is_cjk, is_punctuation, is_whitespace
+from bert_tf.tokenization import is_cjk, is_punctuation, is_word_separator
 from fine_tune import metrics
 from fine_tune.features import PairExample, PairFeaturiser
 from fine_tune.heads import Prediction
@@ -215,7 +215,7 @@ def batch_of(inputs: Any) -> tuple[list[Any], bool]:
 
 def split_words(text: str) -> list[tuple[int, int]]:
     """The (start, end) offsets of the words of `text`, cut as BERT's basic tokenizer cuts:
-    at whitespace, and around every punctuation and CJK character.
+    where its words end (`is_word_separator`), and around every punctuation and CJK character.
 
     >>> text = "EU rejects German-made cars, 北京."
     >>> [text[start:end] for start, end in split_words(text)]
@@ -225,7 +225,7 @@ def split_words(text: str) -> list[tuple[int, int]]:
     start = None
     for position, char in enumerate(text):
         alone = is_punctuation(char) or is_cjk(ord(char))
-        if is_whitespace(char) or alone:
+        if is_word_separator(char) or alone:
             if start is not None:
                 spans.append((start, position))
                 start = None
@@ -306,8 +306,7 @@ class TaskModel:
                      progress: bool = True) -> tuple[list[Any], int]:
         """(the result of every row, how many were truncated). `sources` name the rows in
         error messages (default "input N"). Every row is checked before any is predicted."""
-        sources = sources if sources is not None else [f"input {index}" for index in range(len(rows))]
-        inputs = [self.example(row, where, index) for index, (row, where) in enumerate(zip(rows, sources))]
+        inputs = self.examples_of(rows, sources)
         bar = progress_bar(len(inputs), "inputs", enabled=progress and len(inputs) >= PROGRESS_MIN_ROWS)
         results: list[Any] = []
         truncated = 0
@@ -322,6 +321,12 @@ class TaskModel:
             bar.update(len(chunk))
         bar.close()
         return results, truncated
+
+    def examples_of(self, rows: Sequence[Any], sources: Sequence[str] | None = None) -> list[tuple[Any, Any]]:
+        """`example` of every row: the first that is not an input of this model raises, named
+        by its source (default "input N")."""
+        sources = sources if sources is not None else [f"input {index}" for index in range(len(rows))]
+        return [self.example(row, where, index) for index, (row, where) in enumerate(zip(rows, sources))]
 
     def example(self, row: Any, where: str, index: int) -> tuple[Any, Any]:
         """(the task's example of `row`, whatever `result` needs besides the prediction)."""

@@ -326,7 +326,8 @@ def test_a_corrupt_export_is_one_sentence(mrpc, tmp_path, capsys):
     from fine_tune.batch_predict import main as predict_main
 
     expected = ("is not a complete bert-export SavedModel", "export the run again with bert-export --overwrite.")
-    for damage in ("truncated saved_model.pb", "no variables", "no bert_export.json", "bert_export.json without keys"):
+    for damage in ("truncated saved_model.pb", "no variables", "no bert_export.json", "bert_export.json without keys",
+                   "truncated labels.txt"):
         broken = tmp_path / damage.replace(" ", "_")
         shutil.copytree(mrpc[1], broken)
         if damage == "truncated saved_model.pb":
@@ -334,6 +335,8 @@ def test_a_corrupt_export_is_one_sentence(mrpc, tmp_path, capsys):
             graph.write_bytes(graph.read_bytes()[:1000])
         elif damage == "no variables":
             shutil.rmtree(broken / "variables")
+        elif damage == "truncated labels.txt":  # the signature would answer "" for the lost label ids
+            (broken / "assets" / "labels.txt").write_text("0\n")
         elif damage == "no bert_export.json":
             (broken / "assets" / "bert_export.json").unlink()
         else:  # valid JSON, but not what predicting reads
@@ -421,7 +424,8 @@ def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path):
             assert text[start:end] == entity
     assert sum(answers["num_entities"]) > 3 * len(texts)
     # load_task_model on the export: the run dir's taggings, raw text (cut at punctuation too) and pre-split words.
-    raw = texts + ["EU rejects German-made cars, (Brussels) said."]
+    # Control characters Python splits at stay inside a word (the original deletes them); U+2028 ends one.
+    raw = texts + ["EU rejects German-made cars, (Brussels) said.", "Form\x0cfeed\x85next\x1cline\x0bEU ok\u2028new\u2029line"]
     from_export = load_task_model(tmp_path / "export")
     assert from_export.predict(raw) == load_task_model(tmp_path / "run").predict(raw)
     words = tuple(sentences[0].words)

@@ -282,3 +282,8 @@ def test_an_interrupted_write_keeps_the_old_output_and_leaves_no_temporary(tmp_p
             raise KeyboardInterrupt
     assert old.read_text(encoding="utf-8") == "old\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out.jsonl"]
+    with pytest.raises(KeyboardInterrupt):  # the folders it made for its outputs go too
+        with atomic_outputs([str(tmp_path / "new" / "deeper" / "a.npy"), str(tmp_path / "new" / "b.npy")]) as temporaries:
+            assert (tmp_path / "new" / "deeper").is_dir()
+            raise KeyboardInterrupt
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.jsonl"]

@@ -23,7 +23,7 @@ import bert_tf
 from bert_tf.errors import BertTfError
 from bert_tf.tokenization import BasicTokenizer, FullTokenizer
 from fine_tune import batch_predict
-from fine_tune.predictor import QuestionAnswerer, load_task_model, split_words
+from fine_tune.predictor import Classifier, QuestionAnswerer, load_task_model, split_words
 from fine_tune.tagging import iob1_to_iob2, iob2_to_iob1, read_conll
 from tests.conftest import shared_file
 from tests.test_fine_tune_tasks import conll_slice, fine_tune, read_rows, slice_of, write_rows
@@ -205,6 +205,17 @@ def test_raw_chinese_text_gets_character_offsets_of_gold_entities(conll):
         assert [(e.type, e.text, e.start, e.end) for e in tagging.entities] == expected
         checked += len(expected)
     assert checked > 100
+
+
+def test_words_end_where_the_original_ends_them():
+    """Between two letters, every character Python calls a space: `split_words` cuts there exactly when
+    Google's BasicTokenizer does (U+2028 yes; U+000C, U+001C, U+0085 no: its cleaning deletes them first)."""
+    from official.nlp.tools import tokenization as original
+
+    spaces = [chr(cp) for cp in range(0x110000) if chr(cp).isspace()]
+    cuts = {ch: len(split_words(f"ab{ch}cd")) == 2 for ch in spaces}
+    assert cuts == {ch: len(original.BasicTokenizer(do_lower_case=False).tokenize(f"ab{ch}cd")) == 2 for ch in spaces}
+    assert cuts["\u2028"] and not cuts["\x0c"]
 
 
 def test_raw_text_is_cut_at_bert_word_boundaries(conll):
@@ -516,15 +527,19 @@ def test_bert_predict_every_format_and_task(capsys, tmp_path, mrpc, sst2, conll,
     (b'{"text_a": "a", "text_b": "b"}\n{"text_a": "\xff"}\n', "pairs.jsonl line 2 is not UTF-8 text"),
     ('{"text": "one"}\n', "pairs.jsonl line 1 is one text, but mrpc classifies pairs"),
 ])
-def test_bert_predict_bad_lines_name_file_and_line(capsys, tmp_path, mrpc, content, message):
+def test_bert_predict_bad_lines_name_file_and_line(capsys, tmp_path, monkeypatch, mrpc, content, message):
     path = tmp_path / "pairs.jsonl"
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     (tmp_path / "out").mkdir()
-    status, err = run_batch(capsys, mrpc / "out", path, tmp_path / "out" / "predictions.jsonl", "--chunk_size=1")
+    predicted = []
+    monkeypatch.setattr(Classifier, "predict_rows", lambda self, rows, *_, **__: predicted.append(rows))
+    status, err = run_batch(capsys, mrpc / "out", path, tmp_path / "out" / "new" / "predictions.jsonl",
+                            "--chunk_size=1")
     assert status == 1 and message in err
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines[-1].startswith("error: ") and "Traceback" not in err
-    assert list((tmp_path / "out").iterdir()) == []  # nothing half-written, no temporary left
+    assert predicted == []  # every line is checked before the first is predicted
+    assert list((tmp_path / "out").iterdir()) == []  # nothing half-written, no temporary, no new folder
 
 
 def test_bert_predict_bad_flags(capsys, tmp_path, mrpc, squad_v1):
