@@ -19,7 +19,10 @@ worker writes the shard file directly.
 
 Shard i holds the instances of the documents that start in the i-th 1/N of the input
 bytes, so shards complete one after another, and a re-run can skip the complete ones
-without changing the others. Each chunk's records are a function of its text, the
+without changing the others. Only when they were made from the same inputs and settings:
+each shard's settings are written beside it (`.NAME.settings.json`, hidden: readers'
+globs skip it) before generation starts, and a re-run with other flags refuses a shard
+that exists, naming what changed, instead of keeping stale records. Each chunk's records are a function of its text, the
 options, the seed and its position (see `data_prep.chunks`), so any worker count
 writes the same multiset of records; only their order within a shard differs.
 """
@@ -29,6 +32,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import gzip
+import hashlib
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -486,8 +491,11 @@ def run(job: Job, progress: bool = True, warn: Callable[[str], None] = _warn) ->
         check_writable(job.stats_file, "--stats_file")
     if options.zh_whole_word_mask:
         chinese_word_segmenter()  # fails now (not in a worker) when rjieba is missing; workers share it
-    todo = [k for k, path in enumerate(job.output_files) if job.overwrite or not os.path.exists(path)]
     sizes = [(path, os.path.getsize(path)) for path in files]
+    settings = shard_settings(job, sizes)
+    todo = [k for k, path in enumerate(job.output_files) if job.overwrite or not _complete(path, settings)]
+    for k in todo:
+        write_json(settings_path(job.output_files[k]), settings)
     total_bytes = sum(size for _, size in sizes)
     num_shards = len(job.output_files)
     warn = _once(warn)  # every worker that reads a span of a bad file says so
@@ -496,7 +504,14 @@ def run(job: Job, progress: bool = True, warn: Callable[[str], None] = _warn) ->
     tracker = Progress(total_bytes, progress)
     if todo:
         plan = ChunkPlan(sizes, num_shards)
-        _generate(job, tokenizer, plan, set(todo), problems, counts, tracker, warn)
+        try:
+            _generate(job, tokenizer, plan, set(todo), problems, counts, tracker, warn)
+        except BaseException:
+            for k in todo:  # the record of a shard that was not made
+                if not os.path.exists(job.output_files[k]):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(settings_path(job.output_files[k]))
+            raise
         tracker.update(total_bytes, counts["documents"], counts["instances"], final=True)
     else:
         warn(f"all {num_shards} output file(s) exist; nothing to do (--overwrite redoes them).")
@@ -505,6 +520,54 @@ def run(job: Job, progress: bool = True, warn: Callable[[str], None] = _warn) ->
     if job.stats_file:
         write_json(job.stats_file, stats)
     return stats
+
+
+def _holds_records(path: str, compressed: bool) -> bool:
+    with (gzip.open if compressed else open)(path, "rb") as handle:
+        return handle.read(1) != b""
+
+
+# === What made a shard ===
+def settings_path(output_file: str) -> str:
+    """The settings record of a shard: hidden beside it (`bert_tf.data.reader.list_files`
+    and Python's glob skip names that start with a dot)."""
+    folder, name = os.path.split(os.path.abspath(output_file))
+    return os.path.join(folder, f".{name}.settings.json")
+
+
+def shard_settings(job: Job, sizes: list[tuple[str, int]]) -> dict:
+    """Everything a shard's records depend on (not the worker count: any writes the same records)."""
+    with open(job.vocab_file, "rb") as handle:
+        vocab_sha256 = hashlib.sha256(handle.read()).hexdigest()
+    return {
+        **asdict(job.options),
+        "do_lower_case": job.do_lower_case,
+        "vocab_sha256": vocab_sha256,
+        "gzip": job.gzip,
+        "num_output_shards": len(job.output_files),
+        "input_files": [[os.path.abspath(path), size] for path, size in sizes],
+    }
+
+
+def _complete(output_file: str, settings: dict) -> bool:
+    """Whether `output_file` exists, made with `settings`; a `BertTfError` if it was made with others."""
+    if not os.path.exists(output_file):
+        return False
+    try:
+        with open(settings_path(output_file), encoding="utf-8") as handle:
+            made_with = json.load(handle)
+    except (OSError, ValueError):
+        raise BertTfError(f"--output_file {output_file} exists, but not the record of the settings that made it "
+                          f"({settings_path(output_file)}); pass --overwrite to make it again, or give another "
+                          "--output_file.") from None
+    changed = [f"{key} was {made_with.get(key)!r}, now {value!r}" for key, value in settings.items()
+               if made_with.get(key) != value and key != "input_files"]
+    if made_with.get("input_files") != settings["input_files"]:
+        changed.append("the input files or their sizes differ")
+    if changed:
+        raise BertTfError(f"--output_file {output_file} exists, made with other settings ({'; '.join(changed)}); "
+                          "pass --overwrite to make it again with these, or give another --output_file.")
+    return True
 
 
 def _once(warn: Callable[[str], None]) -> Callable[[str], None]:
@@ -571,6 +634,7 @@ def statistics(
         "output_files": job.output_files,
         "shards_written": [job.output_files[k] for k in todo],
         "shards_skipped": [path for k, path in enumerate(job.output_files) if k not in todo],
+        "empty_shards": [job.output_files[k] for k in todo if not _holds_records(job.output_files[k], job.gzip)],
         "options": asdict(job.options),
     }
 
@@ -581,6 +645,12 @@ def _closing_warnings(stats: dict, problems: InputProblems, warn: Callable[[str]
         warn(
             f"{problems.undecodable_lines:,} line(s) of {files} are not valid UTF-8; their bad bytes "
             "were replaced by U+FFFD, which the tokenizer drops."
+        )
+    if stats["empty_shards"]:
+        warn(
+            f"{len(stats['empty_shards'])} of the {len(stats['output_files'])} output files hold no record (no document "
+            f"starts in their part of the corpus, which has {stats['documents']:,}), e.g. {stats['empty_shards'][0]}: "
+            "leave them out of the training input, or use fewer --num_output_shards."
         )
     if stats["shards_written"] and stats["documents"] == 1:
         warn(

@@ -25,6 +25,7 @@ import functools
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -436,3 +437,17 @@ def _score_sets(
     if results:
         write_results(state.args.output_dir, results, results_name)
     return results
+
+
+def module_main(argv: Sequence[str] | None = None) -> int:
+    """`python -m fine_tune.cli FAMILY FLAGS`: the command of the family named first."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in FAMILIES:
+        print(f"error: python -m fine_tune.cli serves three commands; name one first ({', '.join(FAMILIES)}), "
+              "then its flags, e.g. python -m fine_tune.cli classifier --help.", file=sys.stderr)
+        return 1
+    return main(argv[0], argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(module_main())

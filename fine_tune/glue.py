@@ -43,7 +43,7 @@ from fine_tune.heads import (
     regression_loss,
 )
 from fine_tune.registry import register
-from fine_tune.task import EvalSet, Task, output_path
+from fine_tune.task import EvalSet, Task, write_lines
 from fine_tune.tsv import read_tsv
 
 Column = int | str  # an index, or a header name
@@ -213,17 +213,11 @@ class SentenceWriter:
         for example, prediction in zip(eval_set.examples, predictions, strict=True):
             value = prediction.label if isinstance(prediction, Prediction) else f"{prediction:.3f}"
             lines.append(f"{example.guid}\t{value}")
-        paths = [_write_lines(output_path(output_dir, name), lines)]
+        paths = [write_lines(output_dir, name, lines)]
         if predictions and isinstance(predictions[0], Prediction):
             rows = ["\t".join(str(float(p)) for p in prediction.probabilities) for prediction in predictions]
-            paths.append(_write_lines(output_path(output_dir, f"{eval_set.name}_results.tsv"), rows))
+            paths.append(write_lines(output_dir, f"{eval_set.name}_results.tsv", rows))
         return paths
-
-
-def _write_lines(path: str, lines: list[str]) -> str:
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(lines) + "\n")
-    return path
 
 
 # === Tasks ===

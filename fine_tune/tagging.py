@@ -30,7 +30,7 @@ from fine_tune.config import RunConfig, TaskConfig, check_data_dir, own, shared
 from fine_tune.features import label_index, unknown_label
 from fine_tune.heads import TokenClassificationHead, token_classification_loss
 from fine_tune.registry import register
-from fine_tune.task import EvalSet, Features, PredictionWriter, Reader, Task, output_path
+from fine_tune.task import EvalSet, Features, PredictionWriter, Reader, Task, write_lines
 
 DOCSTART = "-DOCSTART-"
 LABEL_SCHEMES = ("iob2", "keep")
@@ -374,10 +374,7 @@ class ConllWriter:
             tags = iob2_to_iob1(tags) if back_to_iob1 else tags
             lines += [" ".join((*cells, tag)) for cells, tag in zip(sentence.lines, tags, strict=True)]
             lines.append("")
-        path = output_path(output_dir, f"{eval_set.name}_predictions.txt")
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write("\n".join(lines) + "\n")
-        return [path]
+        return [write_lines(output_dir, f"{eval_set.name}_predictions.txt", lines)]
 
 
 @dataclasses.dataclass

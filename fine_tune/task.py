@@ -23,6 +23,7 @@ import keras
 import numpy as np
 
 from bert_tf.encoder import BertEncoder
+from bert_tf.feature_writers import atomic_outputs
 from bert_tf.tokenization import FullTokenizer
 
 # The encoder inputs every featuriser produces; `input_mask` is derived from the length.
@@ -156,3 +157,12 @@ def output_path(output_dir: str, name: str) -> str:
     """`output_dir/name`, creating `output_dir` when needed."""
     os.makedirs(output_dir, exist_ok=True)
     return os.path.join(output_dir, name)
+
+
+def write_lines(output_dir: str, name: str, lines: Sequence[str]) -> str:
+    """Writes `lines` to `output_dir/name` under a temporary name, renamed when complete
+    (an interrupted run leaves the previous file whole); returns the path."""
+    path = output_path(output_dir, name)
+    with atomic_outputs([path]) as (temporary,), open(temporary, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    return path

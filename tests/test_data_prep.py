@@ -306,7 +306,9 @@ def test_two_workers_write_whole_shards_gzip_too(tmp_path):
         result = generate(*common, *shards, *extra, f"--output_file={tmp_path / name}",
                           f"--stats_file={tmp_path / (name + '.json')}")
         assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no parts left
+    hidden = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("."))
+    assert hidden == [f".{name}-0000{k}-of-00003.settings.json" for name in ("one", "two", "twogz") for k in range(3)]
+    # (no parts left)
     paths = {name: [str(tmp_path / f"{name}-0000{k}-of-00003") for k in range(3)] for name in ("one", "two", "twogz")}
     one, two, twogz = (read_file_list(paths[name]) for name in ("one", "two", "twogz"))
     # gzip: the workers' compressed parts joined are one gzip file TensorFlow reads whole.
@@ -369,6 +371,60 @@ def test_rerun_skips_complete_shards_and_redoes_the_rest(tmp_path):
     assert not list(tmp_path.glob(".*incomplete"))
     result = generate(*args)
     assert result.returncode == 0 and "nothing to do" in result.stderr
+
+
+def test_more_shards_than_documents_says_which_are_empty(tmp_path):
+    """Shards take equal parts of the corpus bytes, so a short corpus leaves some empty: say so when
+    writing them, and let the trainer's message point at the cause (it said "regenerate it", which
+    made the same empty shard again)."""
+    from bert_tf.data.reader import detect_format, list_files
+    from bert_tf.errors import BertTfError
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"Document {d} says one thing.\nIt says another thing.\n\n" for d in range(3)))
+    result = generate(f"--input_file={corpus}", f"--output_file={tmp_path / 'out'}",
+                      f"--vocab_file={shared_file(UNCASED)}", "--num_output_shards=8",
+                      f"--stats_file={tmp_path / 'stats.json'}")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    empty = [path for path in stats["output_files"] if os.path.getsize(path) == 0]
+    assert stats["empty_shards"] == empty and len(empty) == 5 and stats["documents"] == 3
+    assert f"5 of the 8 output files hold no record (no document starts in their part of the corpus, which " \
+           f"has 3), e.g. {empty[0]}: leave them out" in result.stderr
+    # A wildcard leaves out the hidden settings beside the shards (TensorFlow's glob alone matches them).
+    assert list_files(str(tmp_path / "*")) == sorted([*stats["output_files"], str(corpus), str(tmp_path / "stats.json")])
+    with pytest.raises(BertTfError, match=r"holds no record \(create_pretraining_data.py leaves a shard empty when "):
+        detect_format(empty[0])
+
+
+def test_rerun_with_other_settings_refuses_the_shards_it_would_keep(tmp_path):
+    """Skipping a complete shard is right only for the same inputs and flags: with others it kept stale records."""
+    corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 100_000)
+    args = [f"--input_file={corpus}", f"--output_file={tmp_path / 'out'}", f"--vocab_file={shared_file(UNCASED)}",
+            "--num_output_shards=2"]
+    assert generate(*args).returncode == 0
+    shards = [tmp_path / f"out-0000{k}-of-00002" for k in range(2)]
+    made = [shard.read_bytes() for shard in shards]
+    shards[1].unlink()  # as a killed run leaves it: the rest would be done with the new flags
+    settings_of_first = f"error: --output_file {shards[0]} exists, made with other settings"
+    for extra, change in [(["--max_seq_length=64"], "max_seq_length was 128, now 64"),
+                          (["--masked_lm_prob=0.2"], "masked_lm_prob was 0.15, now 0.2"),
+                          (["--nodo_lower_case"], "do_lower_case was True, now False"),
+                          ([f"--vocab_file={shared_file(CHINESE)}"], "vocab_sha256 was ")]:
+        result = generate(*args, *extra)
+        assert result.returncode == 1 and result.stderr.endswith(
+            "pass --overwrite to make it again with these, or give another --output_file.\n"), result.stderr
+        assert result.stderr.splitlines()[-1].startswith(f"{settings_of_first} ({change}"), result.stderr
+    with open(corpus, "a", encoding="utf-8") as handle:
+        handle.write("One more sentence.\n")
+    result = generate(*args)
+    assert result.returncode == 1 and "(the input files or their sizes differ)" in result.stderr
+    assert shards[0].read_bytes() == made[0] and not shards[1].exists()  # a refused run touches nothing
+    (tmp_path / ".out-00000-of-00002.settings.json").unlink()  # made by an older version, say
+    result = generate(*args)
+    assert result.returncode == 1 and "exists, but not the record of the settings that made it" in result.stderr
+    assert generate(*args, "--overwrite").returncode == 0 and all(shard.exists() for shard in shards)
+    assert generate(*args).returncode == 0  # the same settings again: complete, skipped
 
 
 def _bad_input_cases(tmp_path: Path) -> dict:

@@ -18,7 +18,7 @@ from fine_tune.tagging import (
     iob2_to_iob1,
     read_conll,
 )
-from fine_tune.task import Features
+from fine_tune.task import Features, write_lines
 from tests.conftest import shared_file
 
 # (task, split) -> examples in the shared file (shared/data/README.md; CoLA's test file has a header).
@@ -177,3 +177,18 @@ def test_pad_batch_pads_to_the_longest_row_and_masks():
     assert batch["input_word_ids"].tolist() == [[2, 3, 0, 0], [2, 7, 3, 0]]
     assert batch["input_mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 0]]
     assert batch["label_ids"].tolist() == [0, 1] and batch["feature_index"].tolist() == [1, 0]
+
+
+def test_a_prediction_file_is_replaced_whole_or_not_at_all(tmp_path):
+    """GLUE's and CoNLL's prediction writers: an interrupted write (Ctrl-C, a full disk) keeps the
+    previous file whole and leaves no temporary (they wrote in place, leaving half a file)."""
+    path = write_lines(str(tmp_path), "dev_predictions.tsv", ["index\tprediction", "0\t1"])
+
+    def interrupted():
+        yield "index\tprediction"
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_lines(str(tmp_path), "dev_predictions.tsv", interrupted())
+    assert open(path, encoding="utf-8").read() == "index\tprediction\n0\t1\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["dev_predictions.tsv"]

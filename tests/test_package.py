@@ -101,6 +101,18 @@ def test_every_single_command_module_runs_with_python_m():
     assert silent == []
 
 
+def test_python_m_fine_tune_cli_names_the_command_first():
+    """fine_tune.cli serves run_classifier.py, run_ner.py and run_squad.py: `python -m` it exited 0 doing nothing."""
+    bare = subprocess.run([sys.executable, "-m", "fine_tune.cli"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert (bare.returncode, bare.stdout) == (1, "") and bare.stderr == (
+        "error: python -m fine_tune.cli serves three commands; name one first (classifier, ner, squad), then its "
+        "flags, e.g. python -m fine_tune.cli classifier --help.\n")
+    ner = subprocess.run([sys.executable, "-m", "fine_tune.cli", "ner", "--help"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert ner.returncode == 0 and "named-entity recognition (run_ner.py)" in ner.stdout + ner.stderr
+
+
 def test_the_package_requires_the_runtime_requirements_and_offers_beam(installed):
     from packaging.requirements import Requirement
 

@@ -21,6 +21,8 @@ Example:
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -63,17 +65,26 @@ class DynamicMasking:
 
 
 def list_files(file_patterns: str | Sequence[str]) -> list[str]:
-    """Sorted files of comma-separated (or listed) glob patterns; `BertTfError` if none."""
+    """Sorted files of comma-separated (or listed) glob patterns; `BertTfError` if none.
+
+    As Python's glob (and unlike TensorFlow's), a wildcard does not match a hidden name:
+    `data/*` leaves out the settings that create_pretraining_data.py keeps beside its
+    shards (`.NAME.settings.json`) and the temporary file of a shard being written.
+    """
     patterns = file_patterns.split(",") if isinstance(file_patterns, str) else list(file_patterns)
     files: set[str] = set()
     for pattern in (p.strip() for p in patterns if p.strip()):
-        matches = tf.io.gfile.glob(pattern)
+        matches = [path for path in tf.io.gfile.glob(pattern) if not _hidden(path) or _hidden(pattern)]
         if not matches:
             raise BertTfError(f"Pre-training data pattern {pattern!r} matches no file.")
         files.update(matches)
     if not files:
         raise BertTfError("No pre-training data files given.")
     return sorted(files)
+
+
+def _hidden(path: str) -> bool:
+    return os.path.basename(path).startswith(".")
 
 
 def detect_format(path: str) -> FileFormat:
@@ -85,7 +96,9 @@ def detect_format(path: str) -> FileFormat:
     except tf.errors.OpError as error:
         raise BertTfError(f"{path} is not a TFRecord file ({error.message.splitlines()[0]}).") from None
     if first is None:
-        raise BertTfError(f"{path} holds no record; regenerate it with create_pretraining_data.py.")
+        raise BertTfError(f"{path} holds no record (create_pretraining_data.py leaves a shard empty when the corpus "
+                          "has too few documents for its number of shards); leave it out of the input files, or make the data again "
+                          "with fewer --num_output_shards.")
     keys = set(tf.train.Example.FromString(first.numpy()).features.feature.keys())
     return file_format(path, keys, compression)
 

@@ -342,7 +342,11 @@ def run(options: PretrainingOptions, strategy: tf.distribute.Strategy | None = N
     User mistakes raise `BertTfError` with one sentence; nothing saved is ever removed.
     """
     session = PretrainingRun(options, strategy, log)
-    session.restore()
+    try:
+        session.restore()
+    except BertTfError:  # e.g. an --init_checkpoint that does not fit: leave no empty --output_dir
+        session.output.remove_if_unused()
+        raise
     if options.do_train:
         session.write_config()
         session.train()

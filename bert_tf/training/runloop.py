@@ -78,8 +78,14 @@ class OutputDir:
         self.chief = is_chief(strategy)
         self.worker = worker_index(strategy)
         self.write_path = path if self.chief else os.path.join(path, f".worker-{self.worker}-scratch")
+        self.made = not tf.io.gfile.exists(path)
         for directory in {path, self.write_path}:
             _ensure_writable(directory)
+
+    def remove_if_unused(self) -> None:
+        """Removes `output_dir` if this run made it and wrote nothing there (a run refused at its start)."""
+        if self.made and tf.io.gfile.isdir(self.path) and not tf.io.gfile.listdir(self.path):
+            tf.io.gfile.rmtree(self.path)
 
     def discard_scratch(self) -> None:
         if not self.chief:
