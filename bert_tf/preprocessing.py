@@ -66,6 +66,15 @@ def word_separators() -> str:
     return _char_class([ord(ch) for ch in spaces if tokenization.is_word_separator(ch)])
 
 
+@functools.lru_cache(maxsize=1)
+def solo_characters() -> str:
+    """An RE2 class of the characters that the original makes words of their own:
+    punctuation (`tokenization.is_punctuation`) and CJK ideographs."""
+    solo = [cp for cp in range(sys.maxunicode + 1)
+            if tokenization.is_cjk(cp) or tokenization.is_punctuation(chr(cp))]  # fmt: skip
+    return _char_class(solo)
+
+
 def char_offsets(texts: tf.Tensor, byte_offsets: tf.RaggedTensor) -> tf.RaggedTensor:
     """Byte offsets (at character boundaries) into `texts` as code point offsets."""
     _, char_starts = tf.strings.unicode_decode_with_offsets(texts, "UTF-8", errors="replace")
@@ -158,12 +167,22 @@ class BertPreprocessor(keras.layers.Layer):
         self.cls_id, self.sep_id, self.pad_id = vocab["[CLS]"], vocab["[SEP]"], vocab["[PAD]"]
 
     # --- Tokenizing ---
-    def tokenize_with_offsets(self, texts: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
-        """int32 ids `[batch, (words), (pieces)]` and each word's code point start and end `[batch, (words)]`."""
+    def tokenize_with_offsets(
+        self, texts: tf.Tensor, split_punctuation: bool = False
+    ) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
+        """int32 ids `[batch, (words), (pieces)]` and each word's code point start and end `[batch, (words)]`.
+
+        Words end at the original's whitespace; with `split_punctuation`, each punctuation
+        and CJK character is a word of its own too (the words a tagger labels, as
+        `fine_tune.predictor.split_words` cuts them, each word tokenized on its own as
+        run_ner.py's featuriser does).
+        """
         texts = tf.convert_to_tensor(texts, tf.string)
         # `regex_split` stops at a NUL. U+0001 is deleted by the original as NUL is, in one byte too.
         splittable = tf.strings.regex_replace(texts, "\\x00", "\x01")
-        words, byte_starts, byte_ends = tf_text.regex_split_with_offsets(splittable, word_separators(), "")
+        solo = solo_characters() if split_punctuation else ""
+        separators = f"{word_separators()}|{solo}" if split_punctuation else word_separators()
+        words, byte_starts, byte_ends = tf_text.regex_split_with_offsets(splittable, separators, solo)
         pieces = tf.cast(self.tokenizer(words.flat_values), tf.int32)
         return words.with_flat_values(pieces), char_offsets(texts, byte_starts), char_offsets(texts, byte_ends)
 

@@ -88,7 +88,8 @@ def is_punctuation(ch: str) -> bool:
     return unicodedata.category(ch).startswith("P")
 
 
-def _is_cleaned_away(ch: str) -> bool:
+def is_cleaned_away(ch: str) -> bool:
+    """Whether the original's cleaning deletes `ch`: NUL, U+FFFD and control characters."""
     cp = ord(ch)
     return cp == 0 or cp == 0xFFFD or is_control(ch)
 
@@ -102,7 +103,7 @@ def is_word_separator(ch: str) -> bool:
     >>> [is_word_separator(ch) for ch in " \u3000\u2028\x0c\x85a"]
     [True, True, True, False, False, False]
     """
-    return ch.isspace() and not _is_cleaned_away(ch)
+    return ch.isspace() and not is_cleaned_away(ch)
 
 
 def lower_and_strip_accents(text: str) -> str:
@@ -124,7 +125,7 @@ def char_pieces(ch: str, do_lower_case: bool) -> tuple[tuple[str, int], ...]:
     >>> char_pieces("\\u0130", do_lower_case=True), char_pieces("\\u4e2d", do_lower_case=False)
     ((('i', 0),), (('中', 1),))
     """
-    if _is_cleaned_away(ch):
+    if is_cleaned_away(ch):
         return ()
     if is_word_separator(ch):
         return ((" ", SPACE),)
@@ -202,7 +203,7 @@ def reference_basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
     """
     cleaned = []
     for ch in text:
-        if _is_cleaned_away(ch):
+        if is_cleaned_away(ch):
             continue
         cleaned.append(" " if is_whitespace(ch) else f" {ch} " if is_cjk(ord(ch)) else ch)
     words = []

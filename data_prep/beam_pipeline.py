@@ -32,6 +32,8 @@ Example (in-process, 2 worker processes):
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 from collections import Counter
@@ -45,13 +47,15 @@ from bert_tf.flags import HELP_ARGS, Flag, flag_values, help_text, parse, requir
 from bert_tf.tokenization import FullTokenizer
 from data_prep.chunks import ChunkProcessor, GenerationOptions
 from data_prep.create_pretraining_data import OWN_FLAGS, SHARED_FLAGS, generation_options, output_paths
-from data_prep.corpus import InputProblems
+from data_prep.corpus import InputProblems, check_not_an_input
 from data_prep.generate import (
     ChunkPlan,
     Job,
     PlannedChunk,
     ShardSink,
     read_chunk,
+    settings_path,
+    shard_settings,
     statistics,
     validate,
     write_json,
@@ -113,10 +117,16 @@ def match_inputs(patterns: str) -> list[tuple[str, int]]:
     file system (local, gs://, hdfs://...), each pattern's matches sorted."""
     files: dict[str, int] = {}
     for pattern in (p.strip() for p in patterns.split(",") if p.strip()):
+        # As the local command's: a folder stands for every file beneath it, and a hidden
+        # name is left out unless the pattern names it (Beam's own match does neither).
+        folder = pattern.endswith("/") or ("://" not in pattern and os.path.isdir(pattern))
+        searched = pattern.rstrip("/") + "/**" if folder else pattern
         try:
-            matched = FileSystems.match([pattern])[0].metadata_list
+            matched = FileSystems.match([searched])[0].metadata_list
         except Exception as error:  # Beam raises its own errors per file system
             raise BertTfError(f"--input_file pattern {pattern!r} cannot be listed: {error}") from None
+        base = pattern.rstrip("/") if folder else os.path.dirname(pattern)
+        matched = [m for m in matched if not _hidden_below(m.path, base) or os.path.basename(pattern).startswith(".")]
         if not matched:
             raise BertTfError(f"--input_file pattern {pattern!r} matches no file.")
         for metadata in sorted(matched, key=lambda m: m.path):
@@ -125,6 +135,12 @@ def match_inputs(patterns: str) -> list[tuple[str, int]]:
     if not kept:
         raise BertTfError("Every --input_file is empty; there is no text to make instances from.")
     return kept
+
+
+def _hidden_below(path: str, base: str) -> bool:
+    """Whether a name in `path` below the folder `base` starts with a dot."""
+    below = path[len(base):] if path.startswith(base) else os.path.basename(path)
+    return any(part.startswith(".") for part in below.split("/"))
 
 
 # === The pipeline ===
@@ -152,11 +168,13 @@ class BeamRecordWriter:
 class WriteShard(beam.DoFn if beam else object):
     """A shard's planned chunks in: their records written to the shard's file."""
 
-    def __init__(self, options: GenerationOptions, tokenizer: FullTokenizer, output_files: list[str], gzip: bool):
+    def __init__(self, options: GenerationOptions, tokenizer: FullTokenizer, output_files: list[str], gzip: bool,
+                 settings: dict):
         self.options = options
         self.tokenizer = tokenizer  # the vocabulary, shipped to the workers with the DoFn
         self.output_files = output_files
         self.gzip = gzip
+        self.settings = settings  # written beside each shard, as the local command does
         self.processor: ChunkProcessor | None = None
 
     def setup(self) -> None:
@@ -180,6 +198,9 @@ class WriteShard(beam.DoFn if beam else object):
         except BaseException:
             writer.abort()
             raise
+        record = FileSystems.create(settings_path(writer.path))
+        record.write(json.dumps(self.settings, indent=2).encode("utf-8") + b"\n")
+        record.close()
         yield writer.path
 
 
@@ -229,15 +250,22 @@ def _run(values: FlagValues, beam_args: list[str]) -> None:
     validate(options, 1)
     pipeline_opts = pipeline_options(values.runner, beam_args)
     output_files = output_paths(values.output_file, values.num_output_shards)
+    for path in output_files:
+        check_not_an_input(values.input_file, path)
     plan = ChunkPlan(match_inputs(values.input_file), len(output_files))
     tokenizer = FullTokenizer(values.vocab_file, do_lower_case=values.do_lower_case)
+    job = Job([path for path, _ in plan.sizes], output_files, values.vocab_file, values.do_lower_case, options,
+              values.gzip)
+    # Every shard is made again: until it is, an old record beside it would vouch for old records.
+    stale = [settings_path(path) for path in output_files if FileSystems.exists(settings_path(path))]
+    if stale:
+        FileSystems.delete(stale)
     start = time.monotonic()
     pipeline = beam.Pipeline(options=pipeline_opts)
-    build(pipeline, plan, WriteShard(options, tokenizer, output_files, values.gzip))
+    build(pipeline, plan, WriteShard(options, tokenizer, output_files, values.gzip, shard_settings(job, plan.sizes)))
     result = pipeline.run()
     result.wait_until_finish()
     if values.stats_file:
-        job = Job([path for path, _ in plan.sizes], output_files, values.vocab_file, options=options)
         write_json(values.stats_file, _statistics(job, plan, result, time.monotonic() - start))
 
 

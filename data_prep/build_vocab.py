@@ -24,8 +24,8 @@ from collections.abc import Iterator, Sequence
 from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
-from bert_tf.flags import Flag, flag_values, require, run_main
-from data_prep.corpus import expand_input_patterns
+from bert_tf.flags import Flag, file_in_the_way, flag_values, require, run_main
+from data_prep.corpus import check_not_an_input, expand_input_patterns
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 DEFAULT_UNUSED = 99  # Google's: puts [UNK], [CLS], [SEP], [MASK] at 100..103
@@ -71,9 +71,25 @@ def bert_layout(pieces: list[str], vocab_size: int, num_unused: int = DEFAULT_UN
     ['[PAD]', '[unused0]', '[unused1]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', '##s']
     """
     head = ["[PAD]", *(f"[unused{k}]" for k in range(num_unused)), *SPECIAL_TOKENS]
-    if vocab_size <= len(head):
-        raise BertTfError(f"--vocab_size {vocab_size} leaves no room for pieces after {len(head)} special tokens.")
     return head + pieces[: vocab_size - len(head)]
+
+
+def check_sizes(vocab_size: int, num_unused: int, min_frequency: int) -> None:
+    """Raises `BertTfError` for sizes the trainer cannot work with (it overflowed on a negative count).
+
+    >>> check_sizes(50, DEFAULT_UNUSED, 2)
+    Traceback (most recent call last):
+    ...
+    bert_tf.errors.BertTfError: --vocab_size 50 leaves no room for pieces after the 104 special tokens ([PAD], 99 [unusedN], [UNK] [CLS] [SEP] [MASK]); use more, or fewer --num_unused.
+    """
+    if num_unused < 0:
+        raise BertTfError(f"--num_unused must be 0 or more, got {num_unused}.")
+    if min_frequency < 1:
+        raise BertTfError(f"--min_frequency must be 1 or more, got {min_frequency}.")
+    specials = 1 + num_unused + len(SPECIAL_TOKENS)
+    if vocab_size <= specials:
+        raise BertTfError(f"--vocab_size {vocab_size} leaves no room for pieces after the {specials} special tokens "
+                          f"([PAD], {num_unused} [unusedN], {' '.join(SPECIAL_TOKENS)}); use more, or fewer --num_unused.")
 
 
 def build_vocab(
@@ -85,6 +101,11 @@ def build_vocab(
     min_frequency: int = 2,
 ) -> int:
     """Trains and writes `output_file` (atomically); returns the number of tokens written."""
+    check_sizes(vocab_size, num_unused, min_frequency)
+    if os.path.isdir(output_file):
+        raise BertTfError(f"--output_file {output_file} is a folder; give a file name.")
+    if blocker := file_in_the_way(output_file):
+        raise BertTfError(f"--output_file {output_file} cannot be made: {blocker} is a file, not a folder.")
     learned = vocab_size - num_unused  # the trainer counts [PAD] and the 4 specials
     pieces = train_wordpiece(files, learned, do_lower_case, min_frequency)
     tokens = bert_layout(pieces, vocab_size, num_unused)
@@ -116,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _build(values: FlagValues) -> None:
     require(values, "input_file", "output_file")
+    check_not_an_input(values.input_file, values.output_file)
     count = build_vocab(
         expand_input_patterns(values.input_file),
         values.output_file,

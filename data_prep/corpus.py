@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import glob
 import os
+import pathlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from bert_tf.errors import BertTfError
+from bert_tf.flags import path_within
 
 # A line this long is almost certainly not one sentence (a whole article or book on
 # one line): the original would make a single segment of it, of which only about
@@ -74,6 +76,23 @@ def expand_input_patterns(patterns: str) -> list[str]:
     if not files:
         raise BertTfError("--input_file is empty; give one or more comma-separated file patterns.")
     return files
+
+
+def check_not_an_input(patterns: str, output: str, flag: str = "--output_file") -> None:
+    """Refuses an output that is one of the files of `patterns`, or would be once written (in
+    an input folder, or matching an input glob): it would replace the text it reads, or be
+    read back as input by the next run.
+
+    >>> check_not_an_input("corpus/*.txt", "corpus/all.txt")
+    Traceback (most recent call last):
+    ...
+    bert_tf.errors.BertTfError: --output_file corpus/all.txt is (or once written would be) one of the --input_file files; write it elsewhere.
+    """
+    target = pathlib.PurePath(os.path.abspath(output))
+    for pattern in (p.strip() for p in patterns.split(",") if p.strip()):
+        if target.match(os.path.abspath(pattern)) or any(path_within(output, match) for match in glob.glob(pattern)):
+            raise BertTfError(f"{flag} {output} is (or once written would be) one of the --input_file files; "
+                              "write it elsewhere.")
 
 
 def _files_of(path: str) -> list[str]:

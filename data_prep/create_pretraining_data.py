@@ -23,7 +23,7 @@ import data_prep  # noqa: F401  (before bert_tf: keeps bert_tf/__init__, hence K
 from bert_tf.errors import BertTfError
 from bert_tf.flags import Flag, flag_values, require, run_main
 from data_prep.chunks import GenerationOptions
-from data_prep.corpus import expand_input_patterns
+from data_prep.corpus import check_not_an_input, expand_input_patterns
 from data_prep.generate import Job, run
 
 # The original's flags, with its defaults, then ours (data_prep.beam_pipeline takes them too).
@@ -98,9 +98,12 @@ def generation_options(values: FlagValues) -> GenerationOptions:
 def _generate(values: FlagValues) -> None:
     require(values, "input_file", "output_file", "vocab_file")
     options = generation_options(values)
+    outputs = output_paths(values.output_file, values.num_output_shards)
+    for path in [*outputs, *filter(None, [values.stats_file])]:
+        check_not_an_input(values.input_file, path, "--stats_file" if path == values.stats_file else "--output_file")
     job = Job(
         input_files=expand_input_patterns(values.input_file),
-        output_files=output_paths(values.output_file, values.num_output_shards),
+        output_files=outputs,
         vocab_file=values.vocab_file,
         do_lower_case=values.do_lower_case,
         options=options,

@@ -20,9 +20,10 @@ worker writes the shard file directly.
 Shard i holds the instances of the documents that start in the i-th 1/N of the input
 bytes, so shards complete one after another, and a re-run can skip the complete ones
 without changing the others. Only when they were made from the same inputs and settings:
-each shard's settings are written beside it (`.NAME.settings.json`, hidden: readers'
-globs skip it) before generation starts, and a re-run with other flags refuses a shard
-that exists, naming what changed, instead of keeping stale records. Each chunk's records are a function of its text, the
+once a shard is complete, its settings are written beside it (`.NAME.settings.json`,
+hidden: readers' globs skip it; the record of a shard being redone is removed first), and
+a re-run with other flags refuses a shard that exists, naming what changed, instead of
+keeping stale records. Each chunk's records are a function of its text, the
 options, the seed and its position (see `data_prep.chunks`), so any worker count
 writes the same multiset of records; only their order within a shard differs.
 """
@@ -62,6 +63,8 @@ CHUNK_BYTES = 64 << 10
 # as well at a fraction of the per-record Python work.
 SHUFFLE_BUFFER_BYTES = 16 << 20
 SHUFFLE_GROUP = 8
+# Above this share of NotNext instances the corpus is mostly one-sentence documents.
+NOT_NEXT_WARNING = 0.6
 
 
 @dataclass
@@ -360,13 +363,16 @@ def _send(connection) -> Callable[[str, object], None]:
 
 class _Coordinator:
     """Runs in the main process, itself worker 0: hears every worker's events, keeps the
-    counts and the progress line, and joins a shard's parts once all are complete."""
+    counts and the progress line, joins a shard's parts once all are complete and then
+    writes its settings beside it."""
 
     def __init__(
-        self, job: Job, todo: set[int], counts: Counter, tracker: Progress, problems: InputProblems, warn
+        self, job: Job, todo: set[int], settings: dict, counts: Counter, tracker: Progress, problems: InputProblems,
+        warn
     ):
         self.job = job
         self.todo = todo
+        self.settings = settings
         self.counts = counts
         self.tracker = tracker
         self.problems = problems
@@ -405,12 +411,8 @@ class _Coordinator:
             self.counts.update(chunk_counts)
             self.offsets[worker] = end_offset
             self.tracker.update(min(self.offsets), self.counts["documents"], self.counts["instances"])
-        elif event == "shard" and self.num_workers > 1:  # a single worker wrote the shard itself
-            self.parts_done[value] += 1
-            if self.parts_done[value] == self.num_workers:
-                output = self.job.output_files[value]
-                parts = [part_path(output, w, self.num_workers) for w in range(self.num_workers)]
-                concatenate_files(parts, output)
+        elif event == "shard" and self._whole(value):
+            write_json(settings_path(self.job.output_files[value]), self.settings)
         elif event == "warn":
             self.warn(value)
         elif event == "problems":
@@ -419,6 +421,18 @@ class _Coordinator:
             raise value if isinstance(value, BertTfError) else RuntimeError(f"data worker {worker} failed:\n{value}")
         if worker == 0:
             self.poll_children(timeout=0)
+
+    def _whole(self, shard: int) -> bool:
+        """Whether `shard`'s file is now complete: a single worker wrote it itself; the
+        parts of several are joined once the last is done."""
+        if self.num_workers == 1:
+            return True
+        self.parts_done[shard] += 1
+        if self.parts_done[shard] < self.num_workers:
+            return False
+        output = self.job.output_files[shard]
+        concatenate_files([part_path(output, w, self.num_workers) for w in range(self.num_workers)], output)
+        return True
 
     def poll_children(self, timeout: float) -> None:
         """Handles what the children have said; waits up to `timeout` s for a word."""
@@ -494,8 +508,9 @@ def run(job: Job, progress: bool = True, warn: Callable[[str], None] = _warn) ->
     sizes = [(path, os.path.getsize(path)) for path in files]
     settings = shard_settings(job, sizes)
     todo = [k for k, path in enumerate(job.output_files) if job.overwrite or not _complete(path, settings)]
-    for k in todo:
-        write_json(settings_path(job.output_files[k]), settings)
+    for k in todo:  # until the shard is made again, what is there is not known to be made with `settings`
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(settings_path(job.output_files[k]))
     total_bytes = sum(size for _, size in sizes)
     num_shards = len(job.output_files)
     warn = _once(warn)  # every worker that reads a span of a bad file says so
@@ -504,14 +519,7 @@ def run(job: Job, progress: bool = True, warn: Callable[[str], None] = _warn) ->
     tracker = Progress(total_bytes, progress)
     if todo:
         plan = ChunkPlan(sizes, num_shards)
-        try:
-            _generate(job, tokenizer, plan, set(todo), problems, counts, tracker, warn)
-        except BaseException:
-            for k in todo:  # the record of a shard that was not made
-                if not os.path.exists(job.output_files[k]):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(settings_path(job.output_files[k]))
-            raise
+        _generate(job, tokenizer, plan, set(todo), settings, problems, counts, tracker, warn)
         tracker.update(total_bytes, counts["documents"], counts["instances"], final=True)
     else:
         warn(f"all {num_shards} output file(s) exist; nothing to do (--overwrite redoes them).")
@@ -531,7 +539,7 @@ def _holds_records(path: str, compressed: bool) -> bool:
 def settings_path(output_file: str) -> str:
     """The settings record of a shard: hidden beside it (`bert_tf.data.reader.list_files`
     and Python's glob skip names that start with a dot)."""
-    folder, name = os.path.split(os.path.abspath(output_file))
+    folder, name = os.path.split(output_file)
     return os.path.join(folder, f".{name}.settings.json")
 
 
@@ -545,7 +553,7 @@ def shard_settings(job: Job, sizes: list[tuple[str, int]]) -> dict:
         "vocab_sha256": vocab_sha256,
         "gzip": job.gzip,
         "num_output_shards": len(job.output_files),
-        "input_files": [[os.path.abspath(path), size] for path, size in sizes],
+        "input_files": [[path if "://" in path else os.path.abspath(path), size] for path, size in sizes],
     }
 
 
@@ -586,13 +594,15 @@ def _generate(
     tokenizer: FullTokenizer,
     plan: ChunkPlan,
     todo: set[int],
+    settings: dict,
     problems: InputProblems,
     counts: Counter,
     tracker: Progress,
     warn: Callable[[str], None],
 ) -> None:
-    """Streams the corpus into the shards listed in `todo`, on `job.num_workers` processes."""
-    coordinator = _Coordinator(job, todo, counts, tracker, problems, warn)
+    """Streams the corpus into the shards listed in `todo`, on `job.num_workers` processes;
+    writes each shard's `settings` beside it once it is complete."""
+    coordinator = _Coordinator(job, todo, settings, counts, tracker, problems, warn)
     try:
         processor = ChunkProcessor(job.options, tokenizer)
         coordinator.start_children(plan, processor)
@@ -651,6 +661,14 @@ def _closing_warnings(stats: dict, problems: InputProblems, warn: Callable[[str]
             f"{len(stats['empty_shards'])} of the {len(stats['output_files'])} output files hold no record (no document "
             f"starts in their part of the corpus, which has {stats['documents']:,}), e.g. {stats['empty_shards'][0]}: "
             "leave them out of the training input, or use fewer --num_output_shards."
+        )
+    if stats["instances"] >= 100 and stats["not_next_rate"] > NOT_NEXT_WARNING:
+        # Segment B is "next" only when the document has a sentence after A's; one-sentence
+        # documents (labelled text: a review, a headline) leave the random one.
+        warn(
+            f"{stats['not_next_rate']:.0%} of the instances are NotNext (the original's ~50% needs documents of "
+            "several sentences): most documents here have one, and next-sentence prediction learns little from "
+            "them; join related texts into documents of several sentences."
         )
     if stats["shards_written"] and stats["documents"] == 1:
         warn(

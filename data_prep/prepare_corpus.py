@@ -53,7 +53,7 @@ from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
 from bert_tf.flags import Flag, flag_values, require, run_main
-from data_prep.corpus import expand_input_patterns
+from data_prep.corpus import check_not_an_input, expand_input_patterns
 
 PRESETS = {
     "wikitext": {
@@ -369,6 +369,12 @@ def input_format(values: FlagValues) -> InputFormat:
         raise BertTfError(f"--{text_only[0]} applies to --input_format=text only, not --input_format={name}.")
     if name not in ("tsv", "csv") and (values["text_column"].present or values.skip_header):
         raise BertTfError(f"--text_column and --skip_header apply to --input_format=tsv or csv, not {name}.")
+    for flag in ("header_regex", "drop_regex"):
+        if values[flag].value is not None:
+            try:
+                re.compile(values[flag].value)
+            except re.error as error:
+                raise BertTfError(f"--{flag} {values[flag].value!r} is not a regular expression ({error}).") from None
     for flag, least in (("text_column", 0), ("min_sentences", 1)):
         if values[flag].value is not None and values[flag].value < least:
             raise BertTfError(f"--{flag} must be at least {least}, got {values[flag].value}.")
@@ -389,6 +395,7 @@ def input_format(values: FlagValues) -> InputFormat:
 def _prepare(values: FlagValues) -> None:
     require(values, "input_file", "output_file")
     source = input_format(values)
+    check_not_an_input(values.input_file, values.output_file)
     counts = prepare(
         expand_input_patterns(values.input_file), values.output_file, sentence_splitter(values.language), source
     )

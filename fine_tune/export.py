@@ -10,7 +10,7 @@ gRPC requests, or `tf.saved_model.load` in any Python with `tensorflow` and
 |---|---|---|
 | classification | `text_a` (+ `text_b` for pair tasks) | `label` (string), `label_id` (int32), `probabilities` (float32 [batch, labels]), `truncated` (bool: the input was longer than `max_seq_length` and cut as in training) |
 | regression (STS-B) | the same | `score` (float32), `truncated` |
-| NER | `text` | per word: `tags`, `word_start`, `word_end` (character offsets in `text`), `num_words`; per entity: `entity_type`, `entity_text`, `entity_start`, `entity_end`, `num_entities` (padded with "" / -1) |
+| NER | `text` | per word (cut at whitespace, each punctuation or CJK character a word, as `load_task_model` cuts them): `tags`, `word_start`, `word_end` (character offsets in `text`), `num_words`; per entity: `entity_type`, `entity_text`, `entity_start`, `entity_end`, `num_entities` (padded with "" / -1). Words already cut: the `tag_words` signature (`words` padded with "", `num_words`) |
 | SQuAD | `question`, `context` | `answer` (string, "" for none), `start`, `end` (int32 character offsets in `context`), `score` (float32 n-best probability); SQuAD 2.0 also `has_answer` (bool), `null_score_diff` (float32) |
 
 Tokenization (`bert_tf.preprocessing.BertPreprocessor`, the run's vocabulary, casing and
@@ -50,6 +50,7 @@ from fine_tune.run_dir import LoadedRun, load_run
 from fine_tune.squad.serving import SpanAnswerer
 
 SIGNATURE = "serving_default"
+WORDS_SIGNATURE = "tag_words"  # a tagger's signature for text already cut into words
 EXPORT_INFO = "bert_export.json"
 LABELS_FILE = "labels.txt"
 
@@ -100,8 +101,12 @@ class ClassifierExport(tf.Module):
 
 
 class TaggerExport(tf.Module):
-    """A text to the tag of every whitespace-separated word, and its entities with character offsets.
+    """A text to the tag of every word, and its entities with character offsets.
 
+    The words are those of `bert_tf.load_task_model` (`fine_tune.predictor.split_words`):
+    cut at whitespace, and each punctuation or CJK character a word of its own. Text
+    already cut into words (CoNLL's) goes to the `tag_words` signature: `words`, padded
+    with "", and `num_words`; its offsets are those of the words joined by single spaces.
     As `run_ner.py`: each word is cut into WordPieces (a word with none is [UNK]), labelled
     on its first piece, and a text longer than `max_seq_length` is cut into windows at
     word boundaries (the featuriser's greedy chunks), so every word gets a tag. Entities
@@ -117,10 +122,28 @@ class TaggerExport(tf.Module):
         self.unk_id = tokenization.load_vocab(run.vocab_file)["[UNK]"]
         self.vocab_file = tf.saved_model.Asset(run.vocab_file)
         _attach_info(self, run, ("text",), assets_dir)
-        self.serve = serving_function(self.answer, [tf.TensorSpec([None], tf.string, name="text")])
+        self.serve = serving_function(self.tag_text, [tf.TensorSpec([None], tf.string, name="text")])
+        self.serve_words = serving_function(self.tag_words, [tf.TensorSpec([None, None], tf.string, name="words"),
+                                                             tf.TensorSpec([None], tf.int32, name="num_words")])
 
-    def answer(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
-        ids, starts, ends = self.preprocessor.tokenize_with_offsets(text)
+    def tag_text(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self.tag(text, *self.preprocessor.tokenize_with_offsets(text, split_punctuation=True))
+
+    def tag_words(self, words: tf.Tensor, num_words: tf.Tensor) -> dict[str, tf.Tensor]:
+        words = tf.RaggedTensor.from_tensor(words, lengths=tf.cast(num_words, tf.int64))
+        ids = words.with_flat_values(tf.cast(self.preprocessor.tokenizer(words.flat_values), tf.int32))
+        # Offsets in the words joined by single spaces (`fine_tune.predictor.joined_spans`).
+        lengths = tf.strings.length(words.flat_values, unit="UTF8_CHAR")
+        spaced = tf.cast(lengths, tf.int64) + 1
+        before = tf.cumsum(spaced, exclusive=True)
+        row_start = tf.gather(tf.concat([before, [tf.reduce_sum(spaced)]], axis=0), words.row_starts())
+        starts = before - tf.gather(row_start, words.value_rowids())
+        text = tf.strings.reduce_join(words, axis=1, separator=" ")
+        return self.tag(text, ids, words.with_flat_values(starts), words.with_flat_values(starts + spaced - 1))
+
+    def tag(self, text: tf.Tensor, ids: tf.RaggedTensor, starts: tf.RaggedTensor, ends: tf.RaggedTensor
+            ) -> dict[str, tf.Tensor]:
+        """The outputs for the words of `text` (`ids` `[batch, (words), (pieces)]`, their offsets)."""
         word_rows = ids.value_rowids()
         is_first = tf.equal(tf.range(tf.size(word_rows, out_type=tf.int64)), tf.gather(ids.row_splits, word_rows))
         words = ids.values[:, : self.room]
@@ -255,7 +278,8 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
             module = TaggerExport(run, assets_dir)
         else:
             module = ClassifierExport(run, task_inputs(run), assets_dir)
-        save_atomically(module, export_dir, {SIGNATURE: module.serve})
+        words = {WORDS_SIGNATURE: module.serve_words} if run.family == "ner" else {}
+        save_atomically(module, export_dir, {SIGNATURE: module.serve, **words})
     if hub_dir is not None:
         with atomic_folder(hub_dir) as staging:  # both SavedModels, or neither
             hub_export.export_preprocessing(os.path.join(staging, "preprocess"), run.vocab_file, run.do_lower_case,

@@ -25,8 +25,7 @@ import tensorflow as tf
 
 from bert_tf.errors import BertTfError
 from bert_tf.progress import progress_bar
-from bert_tf.tokenization import is_word_separator
-from fine_tune.export import EXPORT_INFO, LABELS_FILE, SIGNATURE
+from fine_tune.export import EXPORT_INFO, LABELS_FILE, SIGNATURE, WORDS_SIGNATURE
 from fine_tune.heads import Prediction
 from fine_tune.predictor import (PROGRESS_MIN_ROWS, Answer, Classifier, QuestionAnswerer, Regressor,
                                  Tagger, TaskModel)
@@ -53,13 +52,13 @@ def load_export(export_dir: str | os.PathLike, batch_size: int) -> "ExportedMode
         family, labels = info["family"], tuple(info["labels"])
         if labels and _listed_labels(export_dir) != labels:  # the signature names label ids from labels.txt
             raise ValueError(f"assets/{LABELS_FILE} does not list the {len(labels)} labels of {EXPORT_INFO}")
-        serve = tf.saved_model.load(export_dir).signatures[SIGNATURE]
+        kinds = {"squad": ExportedAnswerer, "ner": ExportedTagger}
+        kind = kinds.get(family) or (ExportedClassifier if labels else ExportedRegressor)
+        serve = tf.saved_model.load(export_dir).signatures[kind.signature]
     except Exception as error:  # noqa: BLE001 - TF and protobuf raise many kinds for one damaged file
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise BertTfError(f"{export_dir} is not a complete bert-export SavedModel ({type(error).__name__}: "
                           f"{reason[:200]}); export the run again with bert-export --overwrite.") from None
-    kinds = {"squad": ExportedAnswerer, "ner": ExportedTagger}
-    kind = kinds.get(family) or (ExportedClassifier if labels else ExportedRegressor)
     return kind(export_dir, info, serve, batch_size)
 
 
@@ -75,6 +74,8 @@ class ExportedModel(TaskModel):
     `example` and `result` they reuse) say what the signature is given (`request`) and
     what of its outputs is the prediction of one input (`prediction`).
     """
+
+    signature = SIGNATURE  # the one it calls
 
     def __init__(self, export_dir: str, info: dict[str, Any], serve: Any, batch_size: int):
         self.export_dir = export_dir
@@ -104,8 +105,7 @@ class ExportedModel(TaskModel):
         for start in range(0, len(inputs), self.batch_size):
             chunk = inputs[start : start + self.batch_size]
             request = self.request([example for example, _ in chunk])
-            outputs = {name: value.numpy() for name, value in
-                       self.serve(**{name: tf.constant(texts, tf.string) for name, texts in request.items()}).items()}
+            outputs = {name: value.numpy() for name, value in self.serve(**request).items()}
             results += [self.result(example, context, self.prediction(outputs, row))
                         for row, (example, context) in enumerate(chunk)]
             truncated += int(outputs["truncated"].sum()) if "truncated" in outputs else 0  # taggers and SQuAD: windows
@@ -113,7 +113,7 @@ class ExportedModel(TaskModel):
         bar.close()
         return results, truncated
 
-    def request(self, examples: Sequence[Any]) -> dict[str, list[str]]:
+    def request(self, examples: Sequence[Any]) -> dict[str, tf.Tensor]:
         raise NotImplementedError
 
     def prediction(self, outputs: dict[str, np.ndarray], row: int) -> Any:
@@ -128,6 +128,10 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8")
 
 
+def _strings(texts: list[str]) -> tf.Tensor:
+    return tf.constant(texts, tf.string)
+
+
 # === The tasks ===
 class ExportedClassifier(ExportedModel, Classifier):
     @property
@@ -135,9 +139,9 @@ class ExportedClassifier(ExportedModel, Classifier):
         return "text_b" in self.info["inputs"]
 
     def request(self, examples):
-        texts = {"text_a": [example.text_a for example in examples]}
+        texts = {"text_a": _strings([example.text_a for example in examples])}
         if self.takes_pairs:
-            texts["text_b"] = [example.text_b for example in examples]
+            texts["text_b"] = _strings([example.text_b for example in examples])
         return texts
 
     def prediction(self, outputs, row):
@@ -150,19 +154,17 @@ class ExportedRegressor(ExportedClassifier, Regressor):
 
 
 class ExportedTagger(ExportedModel, Tagger):
-    """The export cuts a text where the original ends words (`is_word_separator`, what the
-    graph's `word_separators` match): it is given the predictor's words joined by single spaces."""
+    """It gives the export the predictor's words (`split_words` of a text, or the words
+    given), through its `tag_words` signature."""
 
-    def example(self, row, where, index):
-        example, context = super().example(row, where, index)
-        for number, word in enumerate(example.words):
-            if not word or any(map(is_word_separator, word)):
-                raise BertTfError(f"{where} word {number} is {word!r}; an exported tagger takes words without "
-                                  "whitespace (it cuts its text at whitespace).")
-        return example, context
+    signature = WORDS_SIGNATURE
 
     def request(self, examples):
-        return {"text": [" ".join(example.words) for example in examples]}
+        words = np.full((len(examples), max(len(example.words) for example in examples)), "", dtype=object)
+        for row, example in enumerate(examples):
+            words[row, : len(example.words)] = example.words
+        return {"words": tf.constant(words, tf.string),
+                "num_words": tf.constant([len(example.words) for example in examples], tf.int32)}
 
     def prediction(self, outputs, row):
         return [_text(tag) for tag in outputs["tags"][row][: outputs["num_words"][row]]]
@@ -170,8 +172,8 @@ class ExportedTagger(ExportedModel, Tagger):
 
 class ExportedAnswerer(ExportedModel, QuestionAnswerer):
     def request(self, examples):
-        return {"question": [example.question for example in examples],
-                "context": [example.paragraph.context for example in examples]}
+        return {"question": _strings([example.question for example in examples]),
+                "context": _strings([example.paragraph.context for example in examples])}
 
     def prediction(self, outputs, row):
         text = _text(outputs["answer"][row])

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import data_prep  # noqa: F401  (before bert_tf: see data_prep/__init__.py)
+from bert_tf.errors import BertTfError
 from data_prep.chunks import GenerationOptions
 from data_prep.generate import Job, run
 from tests.conftest import REPO_ROOT
@@ -30,7 +31,7 @@ needs_beam = pytest.mark.skipif(
 HIDE_BEAM = "import sys; sys.modules['apache_beam'] = None; "
 
 
-def run_beam(corpus: Path, vocab: Path, output: Path, *extra: str, hide_beam: bool = False):
+def run_beam(corpus: Path | str, vocab: Path, output: Path, *extra: str, hide_beam: bool = False):
     """Runs the pipeline (in a subprocess) on the flags of the local runs below."""
     code = ("" if not hide_beam else HIDE_BEAM) + "from data_prep.beam_pipeline import main; sys.exit(main())"
     # Beam's multi-processing workers unpickle our DoFn: they must find the packages.
@@ -68,7 +69,7 @@ def test_direct_runner_writes_the_local_paths_records(tmp_path, name, runner_fla
     flags = ["--runner=DirectRunner", f"--stats_file={stats_file}", *word_flags, *runner_flags]
     result = run_beam(corpus, vocab, tmp_path / "beam" / "out", *flags)
     assert result.returncode == 0, result.stderr[-3000:]
-    shards = sorted(str(path) for path in (tmp_path / "beam").iterdir())
+    shards = sorted(str(path) for path in (tmp_path / "beam").iterdir() if not path.name.startswith("."))
     assert [Path(path).name for path in shards] == ["out-00000-of-00002", "out-00001-of-00002"]
     assert record_multiset(shards) == local
     # Shard by shard, in the order of one local worker (chunks in corpus order, its
@@ -81,6 +82,51 @@ def test_direct_runner_writes_the_local_paths_records(tmp_path, name, runner_fla
     stats = json.loads(stats_file.read_text())
     assert stats["instances"] == sum(local.values())
     assert abs(stats["masked_fraction"] - 0.15) < 0.01
+    # Each shard's settings beside it, as the local command writes them: a local re-run with the
+    # same flags finds them complete; with others it refuses instead of keeping the Beam run's records.
+    assert run(Job([str(corpus)], shards, str(vocab), options=options), progress=False)["shards_written"] == []
+    other = GenerationOptions(dupe_factor=3, random_seed=7, **extra)
+    with pytest.raises(BertTfError, match="made with other settings \\(dupe_factor was 2, now 3\\)"):
+        run(Job([str(corpus)], shards, str(vocab), options=other), progress=False)
+
+
+@needs_beam
+def test_a_folder_stands_for_the_files_beneath_it_as_in_the_local_command(tmp_path):
+    """`--input_file=texts` (no slash) was an IsADirectoryError traceback; `texts/` read only the top files,
+    hidden ones too. Both now read what the local command reads: every non-hidden file beneath."""
+    from data_prep.corpus import expand_input_patterns
+
+    corpus, vocab, _ = corpus_slice("wikitext2", tmp_path)
+    folder = tmp_path / "texts"
+    (folder / "sub").mkdir(parents=True)
+    documents = corpus.read_text(encoding="utf-8").split("\n\n")
+    (folder / "a.txt").write_text("\n\n".join(documents[: len(documents) // 2]), encoding="utf-8")
+    (folder / "sub" / "b.txt").write_text("\n\n".join(documents[len(documents) // 2 :]), encoding="utf-8")
+    (folder / ".notes").write_text("Not part of the corpus.\n", encoding="utf-8")
+    local = [str(tmp_path / f"local-{k}") for k in range(2)]
+    inputs = expand_input_patterns(str(folder))
+    assert [os.path.relpath(path, folder) for path in inputs] == ["a.txt", "sub/b.txt"]
+    run(Job(inputs, local, str(vocab), options=GenerationOptions(dupe_factor=2, random_seed=7)), progress=False)
+    for name, given in (("plain", str(folder)), ("slash", f"{folder}/")):
+        (tmp_path / name).mkdir()
+        result = run_beam(given, vocab, tmp_path / name / "out", "--runner=DirectRunner")
+        assert result.returncode == 0, result.stderr[-3000:]
+        shards = [tmp_path / name / f"out-0000{k}-of-00002" for k in range(2)]
+        assert [shard.read_bytes() for shard in shards] == [Path(path).read_bytes() for path in local]
+
+
+@needs_beam
+def test_a_beam_run_removes_the_settings_of_the_shards_it_replaces(tmp_path):
+    """It makes every shard again: an old record left beside a replaced shard vouched for the old flags."""
+    corpus, vocab, _ = corpus_slice("wikitext2", tmp_path)
+    shards = [str(tmp_path / f"out-0000{k}-of-00002") for k in range(2)]
+    run(Job([str(corpus)], shards, str(vocab), options=GenerationOptions(dupe_factor=2, random_seed=7)),
+        progress=False)
+    result = run_beam(corpus, vocab, tmp_path / "out", "--runner=DirectRunner", "--dupe_factor=5")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with pytest.raises(BertTfError, match="made with other settings \\(dupe_factor was 5, now 2\\)"):
+        run(Job([str(corpus)], shards, str(vocab), options=GenerationOptions(dupe_factor=2, random_seed=7)),
+            progress=False)
 
 
 @pytest.mark.parametrize(

@@ -373,6 +373,56 @@ def test_rerun_skips_complete_shards_and_redoes_the_rest(tmp_path):
     assert result.returncode == 0 and "nothing to do" in result.stderr
 
 
+def test_an_interrupted_overwrite_leaves_no_shard_labelled_with_settings_it_was_not_made_with(tmp_path, monkeypatch):
+    """--overwrite with new flags, interrupted: the shards it redid carry the new settings, the old ones none
+    (the new settings were written for every shard up front, so a re-run kept old records as new)."""
+    from bert_tf.errors import BertTfError
+    from data_prep import generate as generation
+    from data_prep.chunks import ChunkProcessor, GenerationOptions
+
+    corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 200_000)
+    outputs = [str(tmp_path / f"s{k}") for k in range(4)]
+
+    def job(masked_lm_prob: float, overwrite: bool = False) -> generation.Job:
+        return generation.Job([str(corpus)], outputs, str(shared_file(UNCASED)), overwrite=overwrite,
+                              options=GenerationOptions(dupe_factor=1, masked_lm_prob=masked_lm_prob))
+
+    generation.run(job(0.15), progress=False)
+    old = [Path(path).read_bytes() for path in outputs]
+    process, calls = ChunkProcessor.process, []
+
+    def interrupted(self, task):
+        calls.append(task.index)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return process(self, task)
+
+    monkeypatch.setattr(ChunkProcessor, "process", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        generation.run(job(0.3, overwrite=True), progress=False)
+    monkeypatch.setattr(ChunkProcessor, "process", process)
+    redone = [k for k, path in enumerate(outputs) if Path(path).read_bytes() != old[k]]
+    assert redone and len(redone) < 4
+    labelled = [k for k, path in enumerate(outputs) if os.path.exists(generation.settings_path(path))]
+    assert labelled == redone == list(range(len(redone)))
+    first_old = outputs[len(redone)]  # shards are made in order
+    with pytest.raises(BertTfError, match=f"--output_file {first_old} exists, but not the record of the settings"):
+        generation.run(job(0.3), progress=False)
+    generation.run(job(0.3, overwrite=True), progress=False)
+    assert generation.run(job(0.3), progress=False)["shards_written"] == []
+
+
+def test_one_sentence_documents_say_that_next_sentence_prediction_learns_little(tmp_path):
+    """Labelled text (a review a document) gives almost only NotNext instances, as the original does: say so."""
+    corpus = tmp_path / "reviews.txt"
+    corpus.write_text("".join(f"Review {k} says the food was good and the service was quick.\n\n" for k in range(300)))
+    result = generate(f"--input_file={corpus}", f"--output_file={tmp_path / 'out'}",
+                      f"--vocab_file={shared_file(UNCASED)}", f"--stats_file={tmp_path / 'stats.json'}")
+    assert result.returncode == 0, result.stderr
+    rate = json.loads((tmp_path / "stats.json").read_text())["not_next_rate"]
+    assert rate > 0.95 and f"warning: {rate:.0%} of the instances are NotNext" in result.stderr
+
+
 def test_more_shards_than_documents_says_which_are_empty(tmp_path):
     """Shards take equal parts of the corpus bytes, so a short corpus leaves some empty: say so when
     writing them, and let the trainer's message point at the cause (it said "regenerate it", which
@@ -453,6 +503,11 @@ def _bad_input_cases(tmp_path: Path) -> dict:
                                f"--output_file {tmp_path} is a folder; give a file name."),
         "stats_file_is_a_folder": ([f"--input_file={good}", f"--stats_file={tmp_path}"], 1,
                                    f"--stats_file {tmp_path} is a folder; give a file name."),
+        # With --overwrite it replaced the corpus by its records, exit 0.
+        "output_is_the_input": ([f"--input_file={good}", f"--output_file={good}", "--overwrite"], 1,
+                                f"--output_file {good} is (or once written would be) one of the --input_file files"),
+        "stats_file_in_the_input_glob": ([f"--input_file={tmp_path / '*.txt'}", f"--stats_file={tmp_path / 's.txt'}"],
+                                         1, "--stats_file"),
     }
 
 
@@ -470,6 +525,8 @@ def _bad_input_cases(tmp_path: Path) -> dict:
         "unwritable_output",
         "output_is_a_folder",
         "stats_file_is_a_folder",
+        "output_is_the_input",
+        "stats_file_in_the_input_glob",
     ],
 )
 def test_bad_input_gives_one_clear_sentence(tmp_path, case):
@@ -709,3 +766,24 @@ def test_build_vocab_has_bert_layout_and_covers_the_corpus(tmp_path):
     tokenizer = FullTokenizer(str(vocab), do_lower_case=True)
     pieces = tokenizer.tokenize(" ".join(corpus.read_text(encoding="utf-8").splitlines()[:500]))
     assert pieces.count("[UNK]") / len(pieces) < 0.001
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--vocab_size=50"], "--vocab_size 50 leaves no room for pieces after the 104 special tokens"),  # an OverflowError
+    (["--vocab_size=0"], "--vocab_size 0 leaves no room for pieces"),
+    (["--num_unused=-1"], "--num_unused must be 0 or more, got -1."),
+    (["--output_file={tmp}"], "--output_file {tmp} is a folder; give a file name."),  # left a .incomplete file
+    (["--output_file={corpus}"], "--output_file {corpus} is (or once written would be) one of the --input_file files"),
+])
+def test_build_vocab_refuses_bad_flags_before_training(tmp_path, flags, message):
+    require_module("tokenizers", "the WordPiece trainer of build_vocab")
+    corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 20_000)
+    names = {"tmp": tmp_path, "corpus": corpus}
+    given = [flag.format(**names) for flag in flags]
+    defaults = [f"--input_file={corpus}", f"--output_file={tmp_path / 'vocab.txt'}", "--vocab_size=500"]
+    named = {flag.split("=")[0] for flag in given}
+    result = PROJECT.run("-m", "data_prep.build_vocab", *[f for f in defaults if f.split("=")[0] not in named], *given,
+                         timeout=120)
+    assert result.returncode == 1 and result.stderr.startswith("error: " + message.format(**names)), result.stderr
+    assert result.stderr.count("\n") == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == [corpus.name]  # nothing written, nothing replaced

@@ -26,7 +26,7 @@ from fine_tune.metrics import chunks
 from fine_tune.tagging import TaggedSentence, TaggingFeaturiser, TaggingHead, read_conll
 from fine_tune.run_dir import load_run
 from fine_tune.trainer import save_weights
-from fine_tune.predictor import load_task_model
+from fine_tune.predictor import load_task_model, split_words
 from tests.conftest import require_module, shared_file
 from tests.test_squad_run import dev_slice, squad
 
@@ -398,12 +398,17 @@ def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path):
     save_weights(tagger, str(tmp_path / "run"))
     assert main([f"--model_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'export'}"]) == 0
 
-    texts = [" ".join(s.words) for s in sentences[:24]] + ["", "Héllo   Wörld\u00a0中文"]
+    # Raw text, as TF Serving gets it: words are cut at punctuation and CJK characters too (they were cut at
+    # whitespace only: "Paris," was a word, a Chinese sentence one word).
+    texts = [" ".join(s.words) for s in sentences[:24]] + ["", "Héllo   Wörld\u00a0中文", "He flew to (London) from "
+             "Germany's capital, met Peter Blackburn.", "我在北京大学工作，住在上海。"]
     answers = run_fresh(tmp_path / "export", {"text": texts}, tmp_path)
 
     loaded = load_run(str(tmp_path / "run"))
     tokenizer = FullTokenizer(loaded.vocab_file, do_lower_case=False)
-    examples = [TaggedSentence(str(i), tuple(t.split()), None, (), 0, None, "") for i, t in enumerate(texts)]
+    cut = [[t[start:end] for start, end in split_words(t)] for t in texts]
+    assert cut[-1][:3] == ["我", "在", "北"] and "(" in cut[-2] and "," in cut[-2]
+    examples = [TaggedSentence(str(i), tuple(words), None, (), 0, None, "") for i, words in enumerate(cut)]
     features = TaggingFeaturiser(document_context=False)(examples, tokenizer, 16, loaded.labels)
     assert len(features) > len(texts)  # some sentences need several windows
     outputs = [np.asarray(loaded.model({"input_word_ids": ids[None], "input_mask": np.ones_like(ids)[None],
@@ -414,8 +419,9 @@ def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path):
         n = answers["num_words"][row]
         assert answers["tags"][row][:n] == list(tags)
         words = [text[a:b] for a, b in zip(answers["word_start"][row][:n], answers["word_end"][row][:n])]
-        assert words == text.split()
-        want = [(c.type, " ".join(words[c.start:c.end])) for c in chunks(tags)]
+        assert words == cut[row]
+        spans = split_words(text)
+        want = [(c.type, text[spans[c.start][0] : spans[c.end - 1][1]]) for c in chunks(tags)]
         m = answers["num_entities"][row]
         got = list(zip(answers["entity_type"][row][:m], answers["entity_text"][row][:m]))
         assert got == want
@@ -428,10 +434,10 @@ def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path):
     raw = texts + ["EU rejects German-made cars, (Brussels) said.", "Form\x0cfeed\x85next\x1cline\x0bEU ok\u2028new\u2029line"]
     from_export = load_task_model(tmp_path / "export")
     assert from_export.predict(raw) == load_task_model(tmp_path / "run").predict(raw)
-    words = tuple(sentences[0].words)
+    # Words already cut (its tag_words signature): CoNLL's "U.S."-like words stay whole, so may a word with a
+    # space or none at all.
+    words = [tuple(sentences[0].words), ("x", "a b", "", "U.S.-based"), ()]
     assert from_export.predict(words) == load_task_model(tmp_path / "run").predict(words)
-    with pytest.raises(BertTfError, match=r"^input 0 word 1 is 'a b'; an exported tagger takes words without "):
-        from_export.predict([("x", "a b")])
 
 
 # === SQuAD ===

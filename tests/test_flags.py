@@ -12,6 +12,7 @@ import keras
 import pytest
 
 from bert_tf import flags
+from bert_tf.errors import BertTfError
 from bert_tf.checkpoints import convert
 from bert_tf.training import cli as pretraining_cli
 from data_prep import build_vocab, create_pretraining_data, prepare_corpus
@@ -89,6 +90,31 @@ def test_boolean_forms_aliases_and_flagfile(tmp_path):
     assert isinstance(task, ConllConfig) and task.task == "conll"
     assert (run.do_lower_case, run.seed, run.do_train, run.distribution_strategy) == (False, 3, True, "mirrored")
     assert cli.parse_args("squad", ["--use_tpu"])[1].distribution_strategy == "tpu"
+
+
+def test_pretraining_finds_its_bert_config_where_a_user_expects_it(tmp_path):
+    """--preset with a vocabulary built for the corpus got Google's 30522 rows (MLM started at ln 30522); a
+    finished run's --do_eval and a phase 2 from --init_checkpoint asked for a config they already have."""
+    from bert_tf import BertConfig
+
+    def config_of(*argv: str) -> BertConfig:
+        flags.parse(pretraining_cli.FLAGS, list(argv))
+        return pretraining_cli.bert_config(pretraining_cli.FLAGS)
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{k}" for k in range(1995))]) + "\n")
+    assert config_of("--preset=tiny", f"--vocab_file={vocab}").vocab_size == 2000
+    assert config_of("--preset=tiny", f"--vocab_file={vocab}", "--vocab_size=2048").vocab_size == 2048
+    assert config_of("--preset=tiny").vocab_size == 30522
+    run = tmp_path / "phase1"
+    run.mkdir()
+    BertConfig.from_preset("mini", vocab_size=2000).to_json_file(str(run / "bert_config.json"))
+    assert config_of(f"--output_dir={run}").num_hidden_layers == 4  # resume, or --do_eval alone
+    assert config_of(f"--output_dir={tmp_path / 'phase2'}", f"--init_checkpoint={run}").vocab_size == 2000
+    assert config_of(f"--output_dir={tmp_path / 'phase2'}", f"--init_checkpoint={run / 'ckpt-900'}").hidden_size == 256
+    with pytest.raises(BertTfError, match=r"^Pass --bert_config_file or --preset to say which BERT to train \(neither "
+                                          r"--output_dir nor --init_checkpoint holds a bert_config.json\)\.$"):
+        config_of(f"--output_dir={tmp_path / 'new'}")
 
 
 # === Bad input: one line `error: ...`, exit status 1, from every entry point ===

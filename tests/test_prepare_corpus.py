@@ -177,3 +177,14 @@ def test_command_reports_bad_input_in_one_line(tmp_path):
     result = run_tool(f"--input_file={good}", "--output_file=x.txt", "--language=chinese")
     assert (result.returncode, result.stderr) == (1, "error: --language 'chinese' is not a language code such as en, "
                                                      "zh or de.\n")
+    # Its own output among its inputs: a re-run merged last run's corpus into the new one, exit 0.
+    result = run_tool(f"--input_file={tmp_path}", f"--output_file={tmp_path / 'corpus.txt'}",
+                      "--input_format=wikiextractor")
+    assert (result.returncode, result.stderr) == (1, f"error: --output_file {tmp_path / 'corpus.txt'} is (or once "
+                                                     "written would be) one of the --input_file files; write it "
+                                                     "elsewhere.\n")
+    for flag in ("--header_regex=(", "--drop_regex=["):  # were re.error tracebacks
+        result = run_tool(f"--input_file={good}", f"--output_file={tmp_path / 'x.txt'}", flag)
+        assert result.returncode == 1 and result.stderr.startswith(f"error: --{flag[2:].split('=')[0]} "
+                                                                   f"'{flag[-1]}' is not a regular expression (")
+        assert result.stderr.count("\n") == 1 and not (tmp_path / "x.txt").exists()

@@ -37,6 +37,10 @@ TRICKY = [
     ("Who?", "Café naïve 1995-95 (1895-1943). \u5317\u4eac\u5e02 ok"),
     ("What?", "a\u00a0b e\u0301t\u00e9 ctl\x00x \u2603snow\u2603 \u0130stanbul done"),
     ("Where?", "tabs\tand\r\nnew  lines\u202fhere, \u263a\u263a and [UNK] text"),
+    # An [UNK] word whose cleaning also deletes a character (soft hyphen, zero-width space, ZWJ): the
+    # [UNK] must not take the deleted character's place (the graph answered "\xad" alone).
+    ("Which?", "\uff2c)\xad \U0001f600)\xad \uff2c)\u200b \uff21\uff22\uff23)\xad \u216b)\xad end"),
+    ("Whose?", "\x00%\U0001f3fd The price was \uff15\uff10\uff05) \xad today, \U0001f468\u200d\U0001f469) ok."),
     ("", "Short."),
     ("Empty?", ""),
     ("Only control?", "\x00\x01"),

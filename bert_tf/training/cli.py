@@ -17,17 +17,19 @@ Example:
 Two-phase pre-training (90% of the steps at 128, 10% at 512): phase 2 in a new
 --output_dir, from phase 1's; --init_checkpoint_state=all carries its step, Adam
 moments and schedule (--num_train_steps: the total), weights (the original's
---init_checkpoint) only its weights:
+--init_checkpoint) only its weights; without --bert_config_file or --preset, a run reads
+the bert_config.json of its --output_dir or of --init_checkpoint:
   python run_pretraining.py --input_file='data/seq128-*' --output_dir=phase1 \\
     --bert_config_file=bert_config.json --do_train --num_train_steps=900 --num_warmup_steps=10
   python run_pretraining.py --input_file='data/seq512-*' --output_dir=phase2 \\
-    --bert_config_file=bert_config.json --do_train --num_train_steps=1000 --num_warmup_steps=10 \\
+    --do_train --num_train_steps=1000 --num_warmup_steps=10 \\
     --max_seq_length=512 --max_predictions_per_seq=80 --init_checkpoint=phase1 \\
     --init_checkpoint_state=all
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -60,16 +62,33 @@ FLAGS = flag_values(
 
 
 def bert_config(values: FlagValues):
-    """The run's `BertConfig`: from --bert_config_file or --preset (exactly one)."""
+    """The run's `BertConfig`: from --bert_config_file or --preset (not both); else the
+    bert_config.json of --output_dir (a run to resume or evaluate) or of --init_checkpoint.
+
+    With --preset, the vocabulary size is --vocab_size, else the number of tokens of
+    --vocab_file (a vocabulary built for the corpus), else Google's 30522.
+    """
+    import tensorflow as tf
+
     from bert_tf import BertConfig
+    from bert_tf.tokenization import load_vocab
+    from bert_tf.training.pretraining import CONFIG_NAME
 
     if values.bert_config_file and values.preset:
         raise BertTfError("Pass either --bert_config_file or --preset, not both.")
     if values.bert_config_file:
         return BertConfig.from_json_file(values.bert_config_file)
     if values.preset:
-        return BertConfig.from_preset(values.preset, vocab_size=values.vocab_size)
-    raise BertTfError("Pass --bert_config_file or --preset to say which BERT to train.")
+        from_vocab = values.vocab_file and not values["vocab_size"].present
+        vocab_size = max(load_vocab(values.vocab_file).values()) + 1 if from_vocab else values.vocab_size
+        return BertConfig.from_preset(values.preset, vocab_size=vocab_size)
+    init = values.init_checkpoint
+    folders = [values.output_dir, init if not init or tf.io.gfile.isdir(init) else os.path.dirname(init)]
+    for folder in filter(None, folders):
+        if tf.io.gfile.exists(path := os.path.join(folder, CONFIG_NAME)):
+            return BertConfig.from_json_file(path)
+    raise BertTfError(f"Pass --bert_config_file or --preset to say which BERT to train (neither --output_dir nor "
+                      f"--init_checkpoint holds a {CONFIG_NAME}).")
 
 
 def options_from_flags(values: FlagValues):

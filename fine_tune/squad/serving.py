@@ -36,10 +36,15 @@ starts an answer inside a word.
 
 from __future__ import annotations
 
+import functools
+import sys
+import unicodedata
+
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_tf import tokenization
+from bert_tf.fast_tokenizer import _char_class
 from bert_tf.preprocessing import BertPreprocessor, char_offsets
 from fine_tune.squad.features import check_lengths
 from fine_tune.squad.postprocess import PostprocessConfig
@@ -72,6 +77,19 @@ def piece_lengths(vocab_file: str) -> list[int]:
         lengths[index] = len(token[2:] if token.startswith("##") else token)
     lengths[vocab["[UNK]"]] = _UNKNOWN_LENGTH
     return lengths
+
+
+@functools.lru_cache(maxsize=2)
+def length_changers(do_lower_case: bool) -> str:
+    """An RE2 class of the characters whose cleaning changes the length of their word: those
+    the original deletes, those it makes a space (other than SQuAD's word separators), and,
+    lower-casing, the combining marks it strips."""
+    changers = (
+        cp for cp in range(sys.maxunicode + 1)
+        if tokenization.is_cleaned_away(ch := chr(cp)) or tokenization.is_word_separator(ch)
+        or (do_lower_case and unicodedata.category(ch) == "Mn")
+    )  # fmt: skip
+    return _char_class(changers)
 
 
 def context_words(context: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
@@ -163,8 +181,11 @@ class SpanAnswerer(tf.Module):
         unknowns = tf.math.unsorted_segment_sum(tf.cast(unknown, tf.int64), word, num_words)
         # An [UNK] stands for a whole basic token: one per word has the characters the others leave.
         unknown_length = word_ends - word_starts - known
-        regular = tf.where(tf.equal(unknowns, 0), tf.equal(unknown_length, 0),
-                           tf.equal(unknowns, 1) & (unknown_length > 0))
+        # A word whose cleaning changes its length has no character mapping (`get_final_text`
+        # answers it whole); with one [UNK], the pieces' lengths alone cannot tell.
+        cleaned = tf.strings.regex_full_match(words.flat_values, f"(?s).*{length_changers(self.preprocessor.do_lower_case)}.*")
+        regular = ~cleaned & tf.where(tf.equal(unknowns, 0), tf.equal(unknown_length, 0),
+                                      tf.equal(unknowns, 1) & (unknown_length > 0))
         lengths = tf.where(unknown, tf.gather(unknown_length, word), lengths)
         before = tf.concat([[0], tf.cumsum(lengths)], axis=0)
         within = before[:-1] - tf.gather(before, tf.gather(pieces.row_splits, word))
