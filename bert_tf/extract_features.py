@@ -46,7 +46,7 @@ import numpy as np
 from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
-from bert_tf.flags import Flag, flag_values, path_within, run_main
+from bert_tf.flags import Flag, flag_values, path_within, run_main, set_help
 from bert_tf.feature_writers import JsonLinesWriter, NpyWriter, atomic_outputs, companion_paths
 from bert_tf.packing import pack_pair
 from bert_tf.pooling import POOLINGS, check_layers, pool, word_start_mask
@@ -70,6 +70,7 @@ FLAGS = flag_values(
         "progress": Flag(bool, True, "Show a progress bar on stderr."),
     },
 )  # fmt: skip
+set_help(FLAGS, "input_file", "The text file: one text, or one pair as 'text_a ||| text_b', a line.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,13 +257,9 @@ def _check_files(options: Options) -> None:
 def load_encoder_and_tokenizer(options: Options):
     """(encoder, tokenizer), or a `BertTfError` for a config, checkpoint or vocab that does not fit."""
     from bert_tf import checkpoints
-    from bert_tf.config import BertConfig
     from bert_tf.tokenization import FullTokenizer
 
-    checkpoint = checkpoints.read_checkpoint(options.init_checkpoint)
-    if options.bert_config_file:
-        checkpoint.config = BertConfig.from_json_file(options.bert_config_file)
-        checkpoint.config_source = options.bert_config_file
+    checkpoint = checkpoints.read_checkpoint(options.init_checkpoint, options.bert_config_file)
     config = checkpoint.config
     check_layers(options.layers, config.num_hidden_layers, "--layers")
     if options.max_seq_length > config.max_position_embeddings:

@@ -94,6 +94,8 @@ def token_features_line(index: int, tokens: Sequence[str], values: np.ndarray, l
     >>> token_features_line(3, ["[CLS]"], np.float32([[0.5, 1 / 3]]), [-1])
     '{"linex_index": 3, "features": [{"token": "[CLS]", "layers": [{"index": -1, "values": [0.5, 0.333333]}]}]}'
     """
+    if not tokens:  # --pooling=first_subword of an empty text: no word
+        return f'{{"linex_index": {index}, "features": []}}'
     count = len(layers)
     lists = json_value_lists(np.asarray(values).reshape(len(tokens) * count, -1))
     features = ", ".join(

@@ -164,6 +164,11 @@ def flag_values(*shared: str, own: Mapping[str, Flag] | None = None) -> flags.Fl
     return values
 
 
+def set_help(values: flags.FlagValues, name: str, text: str) -> None:
+    """Says what a shared flag means to this command (`--input_file`: one file, not patterns)."""
+    values[name].help = text
+
+
 def set_default(values: flags.FlagValues, name: str, default: Any) -> None:
     """Changes the default of `--name` and of its aliases (which absl resets separately)."""
     for alias in values:

@@ -71,6 +71,8 @@ def check_layers(layers: Sequence[int], num_layers: int, what: str = "layers") -
     if not layers:
         raise BertTfError(f"{what} is empty; give at least one layer index, e.g. -1 for the last layer.")
     for index in layers:
+        if not isinstance(index, (int, np.integer)) or isinstance(index, bool):
+            raise BertTfError(f"{what} value {index!r} is not a layer index; give integers, e.g. (-1, -2).")
         if not -num_layers <= index < num_layers:
             raise BertTfError(
                 f"{what} value {index} is out of range for a model of {num_layers} layers; use indices "

@@ -156,6 +156,8 @@ class BertPreprocessor(keras.layers.Layer):
             raise BertTfError(f"Unknown padding {padding!r}; use one of {', '.join(PADDING_MODES)}.")
         if seq_length < 3:
             raise BertTfError(f"seq_length must leave room for [CLS] and two [SEP], got {seq_length}.")
+        if pad_to_multiple_of < 1:  # -1 cut every row to two tokens; 0 divided by zero in the graph
+            raise BertTfError(f"pad_to_multiple_of must be 1 or more, got {pad_to_multiple_of}.")
         self.vocab_file = os.fspath(vocab_file)
         self.do_lower_case = do_lower_case
         self.seq_length = seq_length

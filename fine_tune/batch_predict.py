@@ -42,10 +42,11 @@ from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
 from bert_tf.feature_writers import atomic_outputs
-from bert_tf.flags import Flag, file_in_the_way, flag_values, path_within, require, run_main
+from bert_tf.flags import Flag, file_in_the_way, flag_values, path_within, require, run_main, set_help
 from fine_tune.jsonl import utf8_lines
 
 FORMATS = (".txt", ".tsv", ".jsonl")
+NO_ID = object()  # the id of an input without one (a .jsonl object with "id": null keeps its null)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Row:
 
     source: str
     value: Any
-    id: Any = None
+    id: Any = NO_ID
 
 
 # === Flags ===
@@ -69,6 +70,7 @@ FLAGS = flag_values(
                         "null_score_diff_threshold=-1.5 (repeatable)."),
     },
 )  # fmt: skip
+set_help(FLAGS, "input_file", "The file of inputs, one a line: .txt, .tsv or .jsonl (see above).")
 
 
 def settings_of(pairs: Sequence[str]) -> dict[str, str]:
@@ -126,7 +128,7 @@ def read_rows(path: str, extension: str, kind: str) -> Iterator[Row]:
                                   "each line must be one JSON object.") from None
             if not isinstance(record, dict):
                 raise BertTfError(f"{source} is a JSON {type(record).__name__}, not an object.")
-            yield Row(source, _json_input(record, source, kind), record.get("id"))
+            yield Row(source, _json_input(record, source, kind), record.get("id", NO_ID))
         elif extension == ".tsv":
             cells = next(csv.reader([text], delimiter="\t", quotechar=None)) if text else [""]
             yield Row(source, _tsv_input(cells, source, kind))
@@ -140,6 +142,10 @@ def read_rows(path: str, extension: str, kind: str) -> Iterator[Row]:
 def _json_input(record: dict[str, Any], source: str, kind: str) -> Any:
     if kind == "question answerer":
         return (_json_field(record, "question", source), _json_field(record, "context", source))
+    inputs = ("text", "text_a", "words") if kind == "tagger" else ("text", "text_a")
+    given = [key for key in inputs if key in record]
+    if len(given) > 1:
+        raise BertTfError(f"{source} has both \"{given[0]}\" and \"{given[1]}\"; give one of them.")
     if kind == "tagger" and "words" in record:
         words = record["words"]
         if not isinstance(words, list):
@@ -186,7 +192,7 @@ def chunks(rows: Iterator[Row], size: int) -> Iterator[list[Row]]:
 # === Writing ===
 def record_of(row: Row, result: Any) -> dict[str, Any]:
     fields = dataclasses.asdict(result)
-    return {"id": row.id, **fields} if row.id is not None else fields
+    return {"id": row.id, **fields} if row.id is not NO_ID else fields
 
 
 def predict_file(args: FlagValues) -> int:

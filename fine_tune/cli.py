@@ -245,7 +245,7 @@ def _pre_trained(args: RunConfig) -> checkpoints.Checkpoint | None:
     """The weights of --init_checkpoint (any format) with the flags' config overrides, when training."""
     if not (args.do_train and args.init_checkpoint):
         return None
-    return checkpoints.read_checkpoint(args.init_checkpoint, **_config_overrides(args))
+    return checkpoints.read_checkpoint(args.init_checkpoint, args.bert_config_file, **_activation(args))
 
 
 def _config_and_vocab(
@@ -274,9 +274,11 @@ def _config_and_vocab(
 
 def _config_overrides(args: RunConfig) -> dict[str, Any]:
     overrides = BertConfig.from_json_file(args.bert_config_file).to_dict() if args.bert_config_file else {}
-    if args.hidden_act:
-        overrides["hidden_act"] = args.hidden_act
-    return overrides
+    return {**overrides, **_activation(args)}
+
+
+def _activation(args: RunConfig) -> dict[str, str]:
+    return {"hidden_act": args.hidden_act} if args.hidden_act else {}
 
 
 def _vocab_file(args: RunConfig) -> str:

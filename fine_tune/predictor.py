@@ -353,7 +353,7 @@ class TaskModel:
                            f"{call} needs a model fine-tuned by {script}.")
 
     # === Features from the encoder ===
-    def embed(self, texts: Any, pooling: str = "cls", layers: Sequence[int] = (-1,)) -> Any:
+    def embed(self, texts: Any, pooling: str = "cls", layers: int | Sequence[int] = (-1,)) -> Any:
         """Features of each text (or pair) from the encoder's `layers`, concatenated, pooled by `pooling`.
 
         "cls" and "mean" give one vector [len(layers) * H] per text; "first_subword" one
@@ -362,6 +362,9 @@ class TaskModel:
         training.
         """
         pooling_lib.check_pooling(pooling)
+        layers = [layers] if isinstance(layers, int) else layers  # embed(texts, layers=-1)
+        if not isinstance(layers, (list, tuple)):
+            raise BertTfError(f"layers is {type(layers).__name__}; give a layer index or a list of them, e.g. (-1, -2).")
         layers = tuple(pooling_lib.check_layers(list(layers), self.run.config.num_hidden_layers))
         rows, single = batch_of(texts)
         examples = [pair_example(row, f"input {index}", None) for index, row in enumerate(rows)]

@@ -139,6 +139,43 @@ def test_npy_first_subword_rows_offsets_and_tokens(tmp_path, input_file, minilm_
     assert sorted(path.name for path in tmp_path.iterdir()) == ["words.npy", "words.offsets.npy", "words.tokens.txt"]
 
 
+def test_jsonl_first_subword_has_a_row_a_word_and_none_for_an_empty_line(tmp_path, input_file, minilm_dir,
+                                                                         hf_reference):
+    output = run(tmp_path, input_file, minilm_dir, "words.jsonl", "--layers=-1", "--pooling=first_subword")
+    records = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert records[-1] == {"linex_index": len(LINES) - 1, "features": []}  # the empty line: was a ValueError
+    for record, (tokens, states, _) in zip(records, hf_reference):
+        starts = [i for i, token in enumerate(tokens) if not token.startswith("##") and token not in ("[CLS]", "[SEP]")]
+        assert [feature["token"] for feature in record["features"]] == [tokens[i] for i in starts]
+        for feature, position in zip(record["features"], starts):
+            np.testing.assert_allclose(feature["layers"][0]["values"], states[-1][position], atol=TOLERANCE, rtol=0)
+
+
+def test_a_tf1_checkpoint_without_its_config_beside_takes_bert_config_file(tmp_path, capsys, input_file):
+    """The original's usual command line: --bert_config_file was ignored and the run refused for want of
+    a bert_config.json beside the checkpoint."""
+    import os
+
+    from bert_tf import BertConfig, BertEncoder, checkpoints
+
+    prefix = checkpoints.save(BertEncoder(BertConfig.from_preset("tiny", vocab_size=30522)), str(tmp_path / "ckpt"), "tf1")
+    config_file = tmp_path / "tiny_config.json"
+    os.replace(tmp_path / "ckpt" / "bert_config.json", config_file)
+    flags = [f"--input_file={input_file}", f"--output_file={tmp_path / 'f.jsonl'}", f"--init_checkpoint={prefix}",
+             f"--vocab_file={shared_file('vocab/google_uncased_en_vocab.txt')}", "--layers=-1", "--noprogress"]
+    assert extract_features.main(flags) == 1
+    assert capsys.readouterr().err.rstrip().endswith("does not exist); pass --bert_config_file.")
+    assert extract_features.main([*flags, f"--bert_config_file={config_file}"]) == 0
+    assert len((tmp_path / "f.jsonl").read_text(encoding="utf-8").splitlines()) == len(LINES)
+    # run_classifier.py / run_ner.py / run_squad.py read the checkpoint the same way.
+    from fine_tune.cli import _pre_trained, parse_args
+
+    _, run = parse_args("classifier", ["--task=mrpc", f"--init_checkpoint={prefix}", "--do_train", "--output_dir=o",
+                                       f"--bert_config_file={config_file}", "--hidden_act=relu"])
+    checkpoint = _pre_trained(run)
+    assert checkpoint.config.num_hidden_layers == 2 and checkpoint.config.hidden_act == "relu"
+
+
 # === The original's JSON format ===
 def test_token_line_is_the_originals_format_to_the_character():
     # 1/128 and 3/128 are exact ties at the 6th decimal: Python's round goes to even.

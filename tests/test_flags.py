@@ -92,6 +92,17 @@ def test_boolean_forms_aliases_and_flagfile(tmp_path):
     assert cli.parse_args("squad", ["--use_tpu"])[1].distribution_strategy == "tpu"
 
 
+def test_commands_reading_one_file_do_not_promise_glob_patterns():
+    """bert-predict and bert-extract-features read one file; their --help said "comma-separated glob patterns"."""
+    from bert_tf import extract_features
+    from data_prep import create_pretraining_data
+    from fine_tune import batch_predict
+
+    assert "glob" in create_pretraining_data.FLAGS["input_file"].help  # the shared meaning, where it holds
+    for values in (batch_predict.FLAGS, extract_features.FLAGS):
+        assert "glob" not in values["input_file"].help and "a line" in values["input_file"].help
+
+
 def test_pretraining_finds_its_bert_config_where_a_user_expects_it(tmp_path):
     """--preset with a vocabulary built for the corpus got Google's 30522 rows (MLM started at ln 30522); a
     finished run's --do_eval and a phase 2 from --init_checkpoint asked for a config they already have."""

@@ -320,6 +320,11 @@ def test_embed_pools_the_encoder_layers(mrpc, capsys):
         model.embed("x", "max")
     with pytest.raises(BertTfError, match="out of range for a model of 2 layers"):
         model.embed("x", "cls", (5,))
+    np.testing.assert_array_equal(model.embed("x", "cls", -1), model.embed("x", "cls", (-1,)))  # one index
+    for layers, message in (("-1", "layers is str; give a layer index or a list of them"),  # were TypeErrors
+                            (["-1"], "layers value '-1' is not a layer index")):
+        with pytest.raises(BertTfError, match=re.escape(message)):
+            model.embed("x", "cls", layers)
 
 
 def test_bf16_predicts_in_bfloat16_near_float32(mrpc, capsys, tmp_path):
@@ -485,8 +490,8 @@ def test_bert_predict_every_format_and_task(capsys, tmp_path, mrpc, sst2, conll,
     pairs = [(row[3], row[4]) for row in read_rows(mrpc / "data" / "test.tsv")[1:]]
     expected = [row[1] for row in read_rows(mrpc / "out" / "MRPC.tsv")[1:]]
     write_rows(tmp_path / "pairs.tsv", [list(pair) for pair in pairs])
-    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps({"id": i, "text_a": a, "text_b": b}) + "\n\n"
-                                                  for i, (a, b) in enumerate(pairs)))
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps({"id": i if i else None, "text_a": a, "text_b": b})
+                                                  + "\n\n" for i, (a, b) in enumerate(pairs)))  # a null id is kept
     for name in ("pairs.tsv", "pairs.jsonl"):
         status, err = run_batch(capsys, mrpc / "out", tmp_path / name, tmp_path / "out" / f"{name}.jsonl",
                                 "--batch_size=3", "--chunk_size=7")  # several chunks, in input order
@@ -497,6 +502,8 @@ def test_bert_predict_every_format_and_task(capsys, tmp_path, mrpc, sst2, conll,
         assert [r["label"] for r in records] == expected
         assert set(records[0]) == ({"id", "label", "label_id", "probabilities"} if "jsonl" in name
                                    else {"label", "label_id", "probabilities"})
+        if "jsonl" in name:
+            assert [r["id"] for r in records] == [None, *range(1, len(pairs))]
     sentences = ["", *[row[1] for row in read_rows(sst2 / "data" / "test.tsv")[1:6]]]
     (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n")
     assert run_batch(capsys, sst2 / "out", tmp_path / "sentences.txt", tmp_path / "sst.jsonl")[0] == 0
@@ -526,6 +533,7 @@ def test_bert_predict_every_format_and_task(capsys, tmp_path, mrpc, sst2, conll,
     ('{"text_a": "a", "text_b": null}\n', "pairs.jsonl line 1 text_b is None, not a text"),
     (b'{"text_a": "a", "text_b": "b"}\n{"text_a": "\xff"}\n', "pairs.jsonl line 2 is not UTF-8 text"),
     ('{"text": "one"}\n', "pairs.jsonl line 1 is one text, but mrpc classifies pairs"),
+    ('{"text_a": "a", "text_b": "b", "text": "c"}\n', 'pairs.jsonl line 1 has both "text" and "text_a"; give one'),
 ])
 def test_bert_predict_bad_lines_name_file_and_line(capsys, tmp_path, monkeypatch, mrpc, content, message):
     path = tmp_path / "pairs.jsonl"

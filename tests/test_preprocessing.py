@@ -133,6 +133,9 @@ def test_bad_arguments_are_one_sentence():
         BertPreprocessor(vocab, padding="dynamic")
     with pytest.raises(BertTfError, match="one or two segments"):
         preprocessor().pack([tf.ragged.constant([[5]])] * 3)
+    for multiple in (0, -1):  # -1 cut every row to [CLS] and one token; 0 divided by zero in the graph
+        with pytest.raises(BertTfError, match=f"^pad_to_multiple_of must be 1 or more, got {multiple}.$"):
+            BertPreprocessor(vocab, padding="longest", pad_to_multiple_of=multiple)
 
 
 @pytest.mark.parametrize("vocab", ["uncased", "cased"])

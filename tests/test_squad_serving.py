@@ -41,6 +41,9 @@ TRICKY = [
     # [UNK] must not take the deleted character's place (the graph answered "\xad" alone).
     ("Which?", "\uff2c)\xad \U0001f600)\xad \uff2c)\u200b \uff21\uff22\uff23)\xad \u216b)\xad end"),
     ("Whose?", "\x00%\U0001f3fd The price was \uff15\uff10\uff05) \xad today, \U0001f468\u200d\U0001f469) ok."),
+    # Two [UNK]s in a word (each its basic token), an [UNK] whose lower case grows (Hangul), Greek
+    # final sigma before a period (the word's pieces differ from its basic tokens').
+    ("How much?", "price \uff15\uff10\uff05) \ud55c\uad6d\uc5b4) \u0391\u03a3.\u0392 \u0391\u03a3. ok \uff15\uff10"),
     ("", "Short."),
     ("Empty?", ""),
     ("Only control?", "\x00\x01"),

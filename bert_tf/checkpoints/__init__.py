@@ -96,8 +96,10 @@ def _override(config: BertConfig, overrides: dict[str, Any]) -> BertConfig:
     return dataclasses.replace(config, **overrides)
 
 
-def read_checkpoint(path: str | os.PathLike, **config_overrides: Any) -> Checkpoint:
-    """Reads any supported checkpoint (weights under its own names) and its config.
+def read_checkpoint(path: str | os.PathLike, config_file: str | None = None, **config_overrides: Any) -> Checkpoint:
+    """Reads any supported checkpoint (weights under its own names) and its config:
+    `config_file` (a bert_config.json: the original's --bert_config_file) if given, else
+    the checkpoint's own.
 
     Example:
     >>> import os, tempfile
@@ -109,7 +111,10 @@ def read_checkpoint(path: str | os.PathLike, **config_overrides: Any) -> Checkpo
     ('tf1', False, 0.0)
     """
     path = hf.directory_of(os.fspath(path))
-    checkpoint = _READERS[detect_format(path)](path)
+    fmt = detect_format(path)
+    checkpoint = tf1.read(path, config_file) if fmt == "tf1" else _READERS[fmt](path)
+    if config_file is not None:
+        checkpoint.config, checkpoint.config_source = BertConfig.from_json_file(config_file), config_file
     if config_overrides:
         checkpoint.config = _override(checkpoint.config, config_overrides)
         settings = ", ".join(f"{key}={value!r}" for key, value in config_overrides.items())

@@ -65,15 +65,18 @@ def find_prefix(path: str) -> str | None:
     return prefixes[0] if prefixes else None
 
 
-def read(path: str) -> Checkpoint:
-    """Reads the TF1 checkpoint at `path` and the `bert_config.json` beside it."""
+def read(path: str, config_file: str | None = None) -> Checkpoint:
+    """Reads the TF1 checkpoint at `path` and its config: `config_file`, else the
+    `bert_config.json` beside it."""
     prefix = find_prefix(path)
     if prefix is None:
         raise BertTfError(f"{path} is not a TF1 checkpoint (no {path}.index).")
     directory = os.path.dirname(prefix)
-    config_file = os.path.join(directory, CONFIG_NAME)
-    if not os.path.isfile(config_file):
-        raise BertTfError(f"The TF1 checkpoint {prefix} has no {CONFIG_NAME} beside it ({config_file} does not exist).")
+    if config_file is None:
+        config_file = os.path.join(directory, CONFIG_NAME)
+        if not os.path.isfile(config_file):
+            raise BertTfError(f"The TF1 checkpoint {prefix} has no {CONFIG_NAME} beside it ({config_file} does not "
+                              "exist); pass --bert_config_file.")
     config = BertConfig.from_json_file(config_file)
     try:
         reader = tf.train.load_checkpoint(prefix)

@@ -20,11 +20,13 @@ Python path's (`fine_tune.squad.features`, `fine_tune.squad.postprocess`), batch
    is above `null_score_diff_threshold` (`predict_example`).
 
 The answer's characters: each WordPiece's offsets in its word follow from the lengths
-of the WordPieces before it (a WordPiece's text, `##` aside, is as long as the
-characters it covers when the word's cleaning, lower-casing and accent stripping keep
-its length). Where `get_final_text` gives up and answers the whole words of the span
-(it holds [UNK], or a word of it changed length, e.g. a deleted control character or a
-decomposed accent), so does the graph. The answer text is the context there with each
+of the WordPieces before it in its basic token (BasicTokenizer's cut of the word at
+punctuation and CJK) and from where that token starts: a WordPiece's text, `##` aside,
+is as long as the characters it covers, and an [UNK] stands for its whole basic token,
+when the word's cleaning, lower-casing and accent stripping keep its length. Where
+`get_final_text` gives up and answers the whole words of the span (it holds [UNK], or
+a word of it changed length, e.g. a deleted control character, a soft hyphen or a
+decomposed accent: `length_changers`), so does the graph. The answer text is the context there with each
 whitespace run as one space, as `Paragraph.text` joins words.
 
 One difference, by design: `get_final_text` looks the span's text up with `str.find`
@@ -38,14 +40,13 @@ from __future__ import annotations
 
 import functools
 import sys
-import unicodedata
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_tf import tokenization
 from bert_tf.fast_tokenizer import _char_class
-from bert_tf.preprocessing import BertPreprocessor, char_offsets
+from bert_tf.preprocessing import BertPreprocessor, char_offsets, solo_characters, word_separators
 from fine_tune.squad.features import check_lengths
 from fine_tune.squad.postprocess import PostprocessConfig
 
@@ -83,13 +84,14 @@ def piece_lengths(vocab_file: str) -> list[int]:
 def length_changers(do_lower_case: bool) -> str:
     """An RE2 class of the characters whose cleaning changes the length of their word: those
     the original deletes, those it makes a space (other than SQuAD's word separators), and,
-    lower-casing, the combining marks it strips."""
-    changers = (
-        cp for cp in range(sys.maxunicode + 1)
-        if tokenization.is_cleaned_away(ch := chr(cp)) or tokenization.is_word_separator(ch)
-        or (do_lower_case and unicodedata.category(ch) == "Mn")
-    )  # fmt: skip
-    return _char_class(changers)
+    lower-casing, those whose lower case without accents is not one character (a combining
+    mark, a Hangul syllable)."""
+    def changes(ch: str) -> bool:
+        if tokenization.is_cleaned_away(ch) or tokenization.is_word_separator(ch):
+            return True
+        return do_lower_case and len(tokenization.lower_and_strip_accents(ch)) != 1
+
+    return _char_class(cp for cp in range(sys.maxunicode + 1) if changes(chr(cp)))
 
 
 def context_words(context: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
@@ -172,35 +174,59 @@ class SpanAnswerer(tf.Module):
         words, byte_starts, byte_ends = context_words(context)
         word_starts = char_offsets(context, byte_starts).flat_values
         word_ends = char_offsets(context, byte_ends).flat_values
+        num_words = tf.size(word_starts, out_type=tf.int64)
+        # The ids: each word tokenized whole, as `SpanFeaturiser` does.
         pieces = self.preprocessor.tokenizer(words.flat_values)
         ids, word = pieces.flat_values, pieces.value_rowids()
-        num_words = tf.size(word_starts, out_type=tf.int64)
-        lengths = tf.gather(self.piece_lengths, ids)
-        unknown = tf.equal(lengths, _UNKNOWN_LENGTH)
-        known = tf.math.unsorted_segment_sum(tf.where(unknown, tf.zeros_like(lengths), lengths), word, num_words)
-        unknowns = tf.math.unsorted_segment_sum(tf.cast(unknown, tf.int64), word, num_words)
-        # An [UNK] stands for a whole basic token: one per word has the characters the others leave.
-        unknown_length = word_ends - word_starts - known
-        # A word whose cleaning changes its length has no character mapping (`get_final_text`
-        # answers it whole); with one [UNK], the pieces' lengths alone cannot tell.
-        cleaned = tf.strings.regex_full_match(words.flat_values, f"(?s).*{length_changers(self.preprocessor.do_lower_case)}.*")
-        regular = ~cleaned & tf.where(tf.equal(unknowns, 0), tf.equal(unknown_length, 0),
-                                      tf.equal(unknowns, 1) & (unknown_length > 0))
-        lengths = tf.where(unknown, tf.gather(unknown_length, word), lengths)
-        before = tf.concat([[0], tf.cumsum(lengths)], axis=0)
-        within = before[:-1] - tf.gather(before, tf.gather(pieces.row_splits, word))
-        exact = tf.gather(regular, word)
-        starts = tf.gather(word_starts, word) + within
+        within_word = tf.range(tf.size(ids, out_type=tf.int64)) - tf.gather(pieces.row_splits, word)
+        # The characters: each of the word's basic tokens (cut at punctuation, CJK and other
+        # spaces, as BasicTokenizer cuts it) tokenized alone, so that an [UNK] is known to
+        # stand for exactly its basic token.
+        layout = self._basic_token_pieces(words.flat_values, num_words)
+        aligned_words = tf.equal(layout["count"], pieces.row_lengths())  # not so only in rare Greek final-sigma cases
+        exact_words = aligned_words & layout["regular"]
+        exact = tf.gather(exact_words, word)
+        at = tf.where(tf.gather(aligned_words, word), tf.gather(layout["first"], word) + within_word, 0)
+        starts = tf.gather(word_starts, word) + tf.gather(layout["starts"], at)
         return {
             "ids": ids,
             "splits": tf.gather(pieces.row_splits, words.row_splits),  # each context's first WordPiece
             "word": word,
-            "unknown": unknown,
+            "unknown": tf.equal(tf.gather(self.piece_lengths, ids), _UNKNOWN_LENGTH),
             "starts": tf.where(exact, starts, tf.gather(word_starts, word)),
-            "ends": tf.where(exact, starts + lengths, tf.gather(word_ends, word)),
-            "irregular_word": ~regular,
+            "ends": tf.where(exact, starts + tf.gather(layout["lengths"], at), tf.gather(word_ends, word)),
+            "irregular_word": ~exact_words,
             "word_starts": word_starts,
             "word_ends": word_ends,
+        }
+
+    def _basic_token_pieces(self, words: tf.Tensor, num_words: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The WordPieces of the basic tokens of `words` (flat, word by word): each one's
+        character offset in its word and length (an [UNK]'s: its basic token's), where each
+        word's pieces begin and how many it has, and whether its characters map one to one
+        (`get_final_text`'s test: its cleaning keeps its length)."""
+        solo = solo_characters()
+        tokens, byte_starts, byte_ends = tf_text.regex_split_with_offsets(words, f"{word_separators()}|{solo}", solo)
+        token_starts = char_offsets(words, byte_starts).flat_values
+        token_lengths = char_offsets(words, byte_ends).flat_values - token_starts
+        token_word = tokens.value_rowids()
+        pieces = self.preprocessor.tokenizer(tokens.flat_values)
+        token = pieces.value_rowids()
+        lengths = tf.gather(self.piece_lengths, pieces.flat_values)
+        lengths = tf.where(tf.equal(lengths, _UNKNOWN_LENGTH), tf.gather(token_lengths, token), lengths)
+        before = tf.concat([[0], tf.cumsum(lengths)], axis=0)
+        starts = tf.gather(token_starts, token) + before[:-1] - tf.gather(before, tf.gather(pieces.row_splits, token))
+        covered = tf.equal(tf.math.unsorted_segment_sum(lengths, token, tf.size(token_starts, out_type=tf.int64)),
+                           token_lengths)
+        changers = length_changers(self.preprocessor.do_lower_case)
+        unchanged = ~tf.strings.regex_full_match(words, f"(?s).*{changers}.*")
+        count = tf.math.unsorted_segment_sum(pieces.row_lengths(), token_word, num_words)
+        return {
+            "count": count,
+            "first": tf.cumsum(count, exclusive=True),
+            "starts": tf.concat([starts, [0]], axis=0),  # one more: a safe place to point at
+            "lengths": tf.concat([lengths, [0]], axis=0),
+            "regular": unchanged & (tf.math.unsorted_segment_min(tf.cast(covered, tf.int32), token_word, num_words) > 0),
         }
 
     # === 2. Windows ===
