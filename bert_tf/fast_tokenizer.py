@@ -189,7 +189,7 @@ def _reorder_tables() -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndar
     return np.array(keys, np.int64), _ragged_table(rows), np.array(mark_keys, np.int64), np.array(mark_values, np.int64)
 
 
-def _char_class(code_points: Iterable[int]) -> str:
+def char_class(code_points: Iterable[int]) -> str:
     """An RE2 character class of exactly `code_points` (as ranges)."""
     ranges: list[list[int]] = []
     for cp in sorted(code_points):
@@ -210,7 +210,7 @@ def _string_path_code_points() -> tuple[np.ndarray, np.ndarray]:
 
 def _string_path_classes(cleaned: np.ndarray, marks: np.ndarray) -> tuple[str, str]:
     """RE2 classes of `_string_path_code_points`."""
-    return _char_class(cleaned.tolist()), _char_class(marks.tolist())
+    return char_class(cleaned.tolist()), char_class(marks.tolist())
 
 
 def _normalize_strings(texts: tf.Tensor, do_lower_case: bool, classes: tuple[str, str]) -> tf.Tensor:
@@ -457,7 +457,7 @@ class FastBertTokenizer(tf.Module):
         # that many characters; a longer one comes out as [UNK] and is re-judged by
         # the exact path.
         tables = _construction_tables(do_lower_case)
-        self._safe_pattern = "[^" + _char_class(tables["unsafe"].tolist())[1:] + "*"
+        self._safe_pattern = "[^" + char_class(tables["unsafe"].tolist())[1:] + "*"
         self._classes = _string_path_classes(tables["cleaned"], tables["marks"])
         self._end_to_end = tf_text.FastWordpieceTokenizer(
             vocab=wordpiece_vocab,

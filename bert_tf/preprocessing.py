@@ -50,7 +50,7 @@ import tensorflow_text as tf_text
 
 from bert_tf import tokenization
 from bert_tf.errors import BertTfError
-from bert_tf.fast_tokenizer import FastBertTokenizer, _char_class
+from bert_tf.fast_tokenizer import FastBertTokenizer, char_class
 
 PADDING_MODES = ("fixed", "longest")
 NO_OFFSET = -1  # The offsets of [CLS], [SEP] and padding.
@@ -63,7 +63,7 @@ def word_separators() -> str:
     (`tokenization.is_word_separator`)."""
     # Every separator is one of Python's spaces: testing those alone skips 1.1M code points.
     spaces = (ch for ch in map(chr, range(sys.maxunicode + 1)) if ch.isspace())
-    return _char_class([ord(ch) for ch in spaces if tokenization.is_word_separator(ch)])
+    return char_class([ord(ch) for ch in spaces if tokenization.is_word_separator(ch)])
 
 
 @functools.lru_cache(maxsize=1)
@@ -72,7 +72,14 @@ def solo_characters() -> str:
     punctuation (`tokenization.is_punctuation`) and CJK ideographs."""
     solo = [cp for cp in range(sys.maxunicode + 1)
             if tokenization.is_cjk(cp) or tokenization.is_punctuation(chr(cp))]  # fmt: skip
-    return _char_class(solo)
+    return char_class(solo)
+
+
+def split_basic_tokens(texts: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
+    """The basic tokens of `texts` (BasicTokenizer's cut: at its word separators, and each
+    punctuation or CJK character a token of its own) with their byte starts and ends."""
+    solo = solo_characters()
+    return tf_text.regex_split_with_offsets(texts, f"{word_separators()}|{solo}", solo)
 
 
 def char_offsets(texts: tf.Tensor, byte_offsets: tf.RaggedTensor) -> tf.RaggedTensor:
@@ -182,9 +189,10 @@ class BertPreprocessor(keras.layers.Layer):
         texts = tf.convert_to_tensor(texts, tf.string)
         # `regex_split` stops at a NUL. U+0001 is deleted by the original as NUL is, in one byte too.
         splittable = tf.strings.regex_replace(texts, "\\x00", "\x01")
-        solo = solo_characters() if split_punctuation else ""
-        separators = f"{word_separators()}|{solo}" if split_punctuation else word_separators()
-        words, byte_starts, byte_ends = tf_text.regex_split_with_offsets(splittable, separators, solo)
+        if split_punctuation:
+            words, byte_starts, byte_ends = split_basic_tokens(splittable)
+        else:
+            words, byte_starts, byte_ends = tf_text.regex_split_with_offsets(splittable, word_separators(), "")
         pieces = tf.cast(self.tokenizer(words.flat_values), tf.int32)
         return words.with_flat_values(pieces), char_offsets(texts, byte_starts), char_offsets(texts, byte_ends)
 

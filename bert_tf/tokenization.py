@@ -100,7 +100,7 @@ def is_word_separator(ch: str) -> bool:
     the control characters that Python also calls spaces (U+000C, U+001C, U+0085): the
     cleaning deletes those first, so their neighbours stay one word.
 
-    >>> [is_word_separator(ch) for ch in " \u3000\u2028\x0c\x85a"]
+    >>> [is_word_separator(ch) for ch in " \\u3000\\u2028\\x0c\\x85a"]
     [True, True, True, False, False, False]
     """
     return ch.isspace() and not is_cleaned_away(ch)

@@ -32,7 +32,6 @@ Example (in-process, 2 worker processes):
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -53,6 +52,7 @@ from data_prep.generate import (
     Job,
     PlannedChunk,
     ShardSink,
+    json_text,
     read_chunk,
     settings_path,
     shard_settings,
@@ -199,7 +199,7 @@ class WriteShard(beam.DoFn if beam else object):
             writer.abort()
             raise
         record = FileSystems.create(settings_path(writer.path))
-        record.write(json.dumps(self.settings, indent=2).encode("utf-8") + b"\n")
+        record.write(json_text(self.settings).encode("utf-8"))
         record.close()
         yield writer.path
 

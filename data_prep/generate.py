@@ -367,8 +367,14 @@ class _Coordinator:
     writes its settings beside it."""
 
     def __init__(
-        self, job: Job, todo: set[int], settings: dict, counts: Counter, tracker: Progress, problems: InputProblems,
-        warn
+        self,
+        job: Job,
+        todo: set[int],
+        settings: dict,
+        counts: Counter,
+        tracker: Progress,
+        problems: InputProblems,
+        warn: Callable[[str], None],
     ):
         self.job = job
         self.todo = todo
@@ -677,9 +683,13 @@ def _closing_warnings(stats: dict, problems: InputProblems, warn: Callable[[str]
         )
 
 
+def json_text(data: dict) -> str:
+    """How the stats file and the shards' settings are written."""
+    return json.dumps(data, indent=2) + "\n"
+
+
 def write_json(path: str, data: dict) -> None:
     temporary = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.incomplete")
     with open(temporary, "w", encoding="utf-8") as file:
-        json.dump(data, file, indent=2)
-        file.write("\n")
+        file.write(json_text(data))
     os.replace(temporary, path)

@@ -22,8 +22,8 @@ The file is streamed in chunks of `--chunk_size` inputs (memory stays bounded), 
 progress (rows/s, time left) on stderr. Every input is read and checked before the
 first is predicted, so a bad line (not valid JSON, not UTF-8, of the wrong shape: file
 and line named) stops the run at once; the output is written under a temporary name
-and renamed when complete, so a failure leaves no partial output (nor a new folder). SQuAD 2.0 and other
-task flags the run does not record go in `--setting name=value` (e.g.
+and renamed when complete, so a failure leaves no partial output (nor a new folder).
+SQuAD 2.0 and other task flags the run does not record go in `--setting name=value` (e.g.
 `--setting version_2_with_negative=true`). `--mixed_precision=bf16` computes in bfloat16
 (a run dir; an export computes in what `bert-export --mixed_precision` gave it).
 """

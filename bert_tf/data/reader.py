@@ -22,7 +22,6 @@ Example:
 from __future__ import annotations
 
 import os
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -97,8 +96,8 @@ def detect_format(path: str) -> FileFormat:
         raise BertTfError(f"{path} is not a TFRecord file ({error.message.splitlines()[0]}).") from None
     if first is None:
         raise BertTfError(f"{path} holds no record (create_pretraining_data.py leaves a shard empty when the corpus "
-                          "has too few documents for its number of shards); leave it out of the input files, or make the data again "
-                          "with fewer --num_output_shards.")
+                          "has too few documents for its number of shards); leave it out of the input files, or make "
+                          "the data again with fewer --num_output_shards.")
     keys = set(tf.train.Example.FromString(first.numpy()).features.feature.keys())
     return file_format(path, keys, compression)
 

@@ -26,8 +26,8 @@ is as long as the characters it covers, and an [UNK] stands for its whole basic 
 when the word's cleaning, lower-casing and accent stripping keep its length. Where
 `get_final_text` gives up and answers the whole words of the span (it holds [UNK], or
 a word of it changed length, e.g. a deleted control character, a soft hyphen or a
-decomposed accent: `length_changers`), so does the graph. The answer text is the context there with each
-whitespace run as one space, as `Paragraph.text` joins words.
+decomposed accent: `length_changers`), so does the graph. The answer text is the context
+there with each whitespace run as one space, as `Paragraph.text` joins words.
 
 One difference, by design: `get_final_text` looks the span's text up with `str.find`
 in its words, so when the same text also occurs earlier in the span's first word (a
@@ -45,8 +45,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_tf import tokenization
-from bert_tf.fast_tokenizer import _char_class
-from bert_tf.preprocessing import BertPreprocessor, char_offsets, solo_characters, word_separators
+from bert_tf.fast_tokenizer import char_class
+from bert_tf.preprocessing import BertPreprocessor, char_offsets, split_basic_tokens
 from fine_tune.squad.features import check_lengths
 from fine_tune.squad.postprocess import PostprocessConfig
 
@@ -91,7 +91,7 @@ def length_changers(do_lower_case: bool) -> str:
             return True
         return do_lower_case and len(tokenization.lower_and_strip_accents(ch)) != 1
 
-    return _char_class(cp for cp in range(sys.maxunicode + 1) if changes(chr(cp)))
+    return char_class(cp for cp in range(sys.maxunicode + 1) if changes(chr(cp)))
 
 
 def context_words(context: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
@@ -205,8 +205,7 @@ class SpanAnswerer(tf.Module):
         character offset in its word and length (an [UNK]'s: its basic token's), where each
         word's pieces begin and how many it has, and whether its characters map one to one
         (`get_final_text`'s test: its cleaning keeps its length)."""
-        solo = solo_characters()
-        tokens, byte_starts, byte_ends = tf_text.regex_split_with_offsets(words, f"{word_separators()}|{solo}", solo)
+        tokens, byte_starts, byte_ends = split_basic_tokens(words)
         token_starts = char_offsets(words, byte_starts).flat_values
         token_lengths = char_offsets(words, byte_ends).flat_values - token_starts
         token_word = tokens.value_rowids()
