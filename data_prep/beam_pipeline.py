@@ -117,12 +117,15 @@ def match_inputs(patterns: str) -> list[tuple[str, int]]:
     file system (local, gs://, hdfs://...), each pattern's matches sorted."""
     files: dict[str, int] = {}
     for pattern in (p.strip() for p in patterns.split(",") if p.strip()):
-        # As the local command's: a folder stands for every file beneath it, and a hidden
-        # name is left out unless the pattern names it (Beam's own match does neither).
+        # As the local command's: a folder stands for every file beneath it, also a folder a
+        # glob matches (text/* reads WikiExtractor's text/AA/wiki_00), and a hidden name is
+        # left out unless the pattern names it (Beam's own match does none of these).
         folder = pattern.endswith("/") or ("://" not in pattern and os.path.isdir(pattern))
-        searched = pattern.rstrip("/") + "/**" if folder else pattern
+        searched = [pattern.rstrip("/") + "/**"] if folder else [pattern]
+        if not folder and any(wildcard in pattern for wildcard in "*?["):
+            searched.append(pattern + "/**")
         try:
-            matched = FileSystems.match([searched])[0].metadata_list
+            matched = [m for result in FileSystems.match(searched) for m in result.metadata_list]
         except Exception as error:  # Beam raises its own errors per file system
             raise BertTfError(f"--input_file pattern {pattern!r} cannot be listed: {error}") from None
         base = pattern.rstrip("/") if folder else os.path.dirname(pattern)

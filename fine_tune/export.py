@@ -109,7 +109,9 @@ class TaggerExport(tf.Module):
     with "", and `num_words`; its offsets are those of the words joined by single spaces.
     As `run_ner.py`: each word is cut into WordPieces (a word with none is [UNK]), labelled
     on its first piece, and a text longer than `max_seq_length` is cut into windows at
-    word boundaries (the featuriser's greedy chunks), so every word gets a tag. Entities
+    word boundaries (the featuriser's greedy chunks), so every word gets a tag; a
+    `--document_context` run fills the rest of each window with the text's words around
+    it, as its featuriser does (each text its own document). Entities
     are read from the tags as conlleval does (`fine_tune.metrics.chunks`): `B-X` starts
     one, so does `I-X` after `O` or after another type.
     """
@@ -119,12 +121,20 @@ class TaggerExport(tf.Module):
         self.preprocessor = BertPreprocessor(run.vocab_file, run.do_lower_case, run.max_seq_length, padding="longest")
         self.model = run.model
         self.room = run.max_seq_length - 2
+        self.document_context = run.task_config.document_context
         self.unk_id = tokenization.load_vocab(run.vocab_file)["[UNK]"]
         self.vocab_file = tf.saved_model.Asset(run.vocab_file)
         _attach_info(self, run, ("text",), assets_dir)
         self.serve = serving_function(self.tag_text, [tf.TensorSpec([None], tf.string, name="text")])
         self.serve_words = serving_function(self.tag_words, [tf.TensorSpec([None, None], tf.string, name="words"),
                                                              tf.TensorSpec([None], tf.int32, name="num_words")])
+
+    def context_taken(self, left: tf.Tensor, right: tf.Tensor, free: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """How many context pieces each window takes from the `left` and `right` available."""
+        if not self.document_context:
+            return tf.zeros_like(left), tf.zeros_like(right)
+        take_right = tf.minimum(right, free - tf.minimum(left, free // 2))
+        return tf.minimum(left, free - take_right), take_right
 
     def tag_text(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.tag(text, *self.preprocessor.tokenize_with_offsets(text, split_punctuation=True))
@@ -161,10 +171,25 @@ class TaggerExport(tf.Module):
         used_before = tf.concat([[0], used_after[:-1]], axis=0)
         opens = is_first | (used_before + lengths > self.room)
         window_of_word = tf.cumsum(tf.cast(opens, tf.int64)) - 1
-        position = 1 + tf.where(opens, tf.zeros_like(used_before), used_before)
-        windows = tf.RaggedTensor.from_value_rowids(
-            words.flat_values, tf.gather(window_of_word, words.value_rowids()), nrows=tf.reduce_sum(tf.cast(opens, tf.int64))
+        first_word = tf.where(opens)[:, 0]
+
+        # Each window's pieces, and around them (--document_context) the text's own pieces
+        # before and after, the free room split as `TaggingFeaturiser._window` splits it. The
+        # texts' pieces lie end to end in `words.flat_values`, so a window is one slice of it.
+        piece_start = tf.cumsum(lengths, exclusive=True)
+        total = tf.reduce_sum(lengths, keepdims=True)
+        window_start = tf.gather(piece_start, first_word)
+        window_end = tf.concat([window_start[1:], total], axis=0)
+        text_bounds = tf.gather(tf.concat([piece_start, total], axis=0), ids.row_splits)
+        text_of_window = tf.gather(word_rows, first_word)
+        take_left, take_right = self.context_taken(
+            window_start - tf.gather(text_bounds, text_of_window),
+            tf.gather(text_bounds, text_of_window + 1) - window_end,
+            self.room - (window_end - window_start),
         )
+        piece_index = tf.ragged.range(window_start - take_left, window_end + take_right)
+        windows = piece_index.with_flat_values(tf.gather(words.flat_values, piece_index.flat_values))
+        position = 1 + tf.gather(take_left, window_of_word) + piece_start - tf.gather(window_start, window_of_word)
         logits = self.model(self.preprocessor.pack([windows]), training=False)
         word_logits = tf.gather_nd(logits, tf.stack([window_of_word, position], axis=1))
         tags = self.label_names.lookup(tf.argmax(word_logits, axis=-1))

@@ -116,6 +116,25 @@ def test_a_folder_stands_for_the_files_beneath_it_as_in_the_local_command(tmp_pa
 
 
 @needs_beam
+def test_a_glob_reads_the_same_files_as_the_local_command(tmp_path):
+    """`text/*` over WikiExtractor's text/AA/wiki_00 layout read only the top-level files in Beam
+    (its match does not descend into a matched folder) and every article locally."""
+    from data_prep.beam_pipeline import match_inputs
+    from data_prep.corpus import expand_input_patterns
+
+    for name in ("AA/wiki_00", "AA/wiki_01", "AB/wiki_00", "AB/.partial", ".cache/x", "top.txt"):
+        (tmp_path / "text" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "text" / name).write_text("One sentence.\nTwo sentences.\n", encoding="utf-8")
+    expected = {"*": ["AA/wiki_00", "AA/wiki_01", "AB/wiki_00", "top.txt"], "A?": ["AA/wiki_00", "AA/wiki_01",
+                "AB/wiki_00"], "*/wiki_00": ["AA/wiki_00", "AB/wiki_00"], "[A]B": ["AB/wiki_00"]}
+    for pattern, names in expected.items():
+        given = str(tmp_path / "text" / pattern)
+        local = [os.path.relpath(path, tmp_path / "text") for path in expand_input_patterns(given)]
+        beam = [os.path.relpath(path, tmp_path / "text") for path, _ in match_inputs(given)]
+        assert local == beam == names, pattern
+
+
+@needs_beam
 def test_a_beam_run_removes_the_settings_of_the_shards_it_replaces(tmp_path):
     """It makes every shard again: an old record left beside a replaced shard vouched for the old flags."""
     corpus, vocab, _ = corpus_slice("wikitext2", tmp_path)

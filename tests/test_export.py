@@ -377,9 +377,12 @@ def test_a_regression_task_exports_its_score(tmp_path):
         np.testing.assert_allclose(outputs["score"].numpy()[row], np.asarray(score)[0, 0], atol=1e-5)
 
 
-def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path):
+@pytest.mark.parametrize("document_context", [False, True])
+def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path, document_context):
     """CoNLL-2003, windows of 16 WordPieces: the export's tags equal TaggingHead.decode's on the featuriser's
-    rows; its entities are conlleval's chunks of those tags, with the words' character offsets."""
+    rows; its entities are conlleval's chunks of those tags, with the words' character offsets. With
+    --document_context each window is filled with the text's own words around it (the export tagged each
+    window alone: other tags than the run dir's on every text longer than a window)."""
     sentences = read_conll(str(shared_file("conll2003/eng.train")))[:64]
     data = tmp_path / "data"
     data.mkdir()
@@ -388,7 +391,7 @@ def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path):
     run(*parse_args("ner", [f"--data_dir={data}", f"--output_dir={tmp_path / 'run'}",
                            f"--vocab_file={shared_file('vocab/google_cased_en_vocab.txt')}", "--nodo_lower_case",
                            "--preset=tiny", "--max_seq_length=16", "--train_batch_size=32", "--num_train_epochs=1",
-                           "--learning_rate=1e-5", "--do_train"]))
+                           "--learning_rate=1e-5", "--do_train", f"--document_context={document_context}"]))
     keras.backend.clear_session()
     # A few steps teach a tiny model only "O": a random, large head gives every tag, so entities of
     # every shape (B-X I-X, I-X after O, a type change) get read.
@@ -408,8 +411,8 @@ def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path):
     tokenizer = FullTokenizer(loaded.vocab_file, do_lower_case=False)
     cut = [[t[start:end] for start, end in split_words(t)] for t in texts]
     assert cut[-1][:3] == ["我", "在", "北"] and "(" in cut[-2] and "," in cut[-2]
-    examples = [TaggedSentence(str(i), tuple(words), None, (), 0, None, "") for i, words in enumerate(cut)]
-    features = TaggingFeaturiser(document_context=False)(examples, tokenizer, 16, loaded.labels)
+    examples = [TaggedSentence(str(i), tuple(words), None, (), i, None, "") for i, words in enumerate(cut)]
+    features = TaggingFeaturiser(document_context)(examples, tokenizer, 16, loaded.labels)
     assert len(features) > len(texts)  # some sentences need several windows
     outputs = [np.asarray(loaded.model({"input_word_ids": ids[None], "input_mask": np.ones_like(ids)[None],
                                         "input_type_ids": np.zeros_like(ids)[None]}, training=False))[0]

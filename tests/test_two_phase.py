@@ -205,6 +205,7 @@ def test_all_mode_carries_step_moments_and_schedule_but_not_the_input_position(p
     session.write_config()
     session.train(until=stopped)
     assert f"Carried step {PHASE1_STEPS}, the optimiser state and the learning-rate schedule" in log[0]
+    assert not any("Warning" in line for line in log), log  # phase 1 ran to its end
     assert not any("skipping" in line for line in log), log  # its input starts at its beginning, not 6 batches in
     assert [line.split()[1] for line in log if line.startswith("step ")] == ["7/10", "8/10"]
     first = checkpoint(output, PHASE1_STEPS + 1)
@@ -223,6 +224,19 @@ def test_all_mode_carries_step_moments_and_schedule_but_not_the_input_position(p
     assert int(final.get_tensor("examples/.ATTRIBUTES/VARIABLE_VALUE")) == TOTAL_STEPS * BATCH
     resumed = one_step(bias_state(checkpoint(output, stopped)), checkpoint(output, stopped + 1))
     assert resumed == pytest.approx(PEAK * (1 - stopped / TOTAL_STEPS), rel=1e-3)
+
+
+def test_all_mode_from_an_unfinished_phase_1_warns(phases, tmp_path):
+    """Phase 1 stopped at step 3 of its 6 (killed, say): carried without a word, phase 2 went on with the
+    schedule at step 3 and the user none the wiser."""
+    earlier = phases["phase1"] / "ckpt-3"
+    flags = [*phase2_flags(phases, tmp_path / "phase2", "all", num_train_steps=TOTAL_STEPS), f"--init_checkpoint={earlier}"]
+    log: list[str] = []
+    session, _ = started(flags, tmp_path, log)
+    assert int(session.global_step.numpy()) == 3
+    assert log[1] == (f"Warning: its run was to train to step {PHASE1_STEPS}, so this phase starts 3 steps early, with "
+                      f"the schedule where step 3 left it; if that run was interrupted, resume it first (the same "
+                      f"command on {phases['phase1']}).")
 
 
 # === Bad input: one sentence, exit status 1 ===

@@ -18,9 +18,9 @@ Example:
 >>> output_dir = tempfile.mkdtemp()
 >>> Phase.load(output_dir) is None
 True
->>> Phase(first_step=900, max_seq_length=512, max_predictions_per_seq=80).save(output_dir)
+>>> Phase(first_step=900, max_seq_length=512, max_predictions_per_seq=80, last_step=1000).save(output_dir)
 >>> Phase.load(output_dir)
-Phase(first_step=900, max_seq_length=512, max_predictions_per_seq=80)
+Phase(first_step=900, max_seq_length=512, max_predictions_per_seq=80, last_step=1000)
 """
 
 from __future__ import annotations
@@ -45,11 +45,14 @@ class Phase:
     Attributes:
         first_step: the global step at which its input began.
         max_seq_length, max_predictions_per_seq: the shape of its records.
+        last_step: the step it trains to (its `--num_train_steps`; None in a record
+            written before this was kept).
     """
 
     first_step: int
     max_seq_length: int
     max_predictions_per_seq: int
+    last_step: int | None = None
 
     @staticmethod
     def path(output_dir: str) -> str:

@@ -115,7 +115,7 @@ class PretrainingRun:
             self.output, self.data.fingerprint(self.plan), options.keep_checkpoint_max * options.save_checkpoints_steps
         )
         # The phase this run trains: it begins at step 0 unless `restore` says otherwise.
-        self.phase = Phase(0, options.max_seq_length, options.max_predictions_per_seq)
+        self.phase = Phase(0, options.max_seq_length, options.max_predictions_per_seq, options.num_train_steps)
         self._input = None  # (iterator, its checkpoint), made by the first `train` call
         self._loop: HostLoop | None = None
         if self.tpu and options.num_tpu_cores and options.num_tpu_cores != replicas:
@@ -218,6 +218,14 @@ class PretrainingRun:
             f"Carried step {step}, the optimiser state and the learning-rate schedule from training checkpoint "
             f"{prefix}; the input starts at its beginning."
         )
+        carried = Phase.load(os.path.dirname(prefix))
+        if carried and carried.last_step and step < carried.last_step:
+            # Not refused: an earlier checkpoint may be chosen on purpose (say, before a divergence).
+            self.log(
+                f"Warning: its run was to train to step {carried.last_step}, so this phase starts {carried.last_step - step} "
+                f"steps early, with the schedule where step {step} left it; if that run was interrupted, resume it "
+                f"first (the same command on {os.path.dirname(prefix)})."
+            )
 
     @staticmethod
     def _training_prefix(path: str) -> str:
