@@ -124,6 +124,19 @@ class BertConfig:
                 f"BertConfig.initializer_range must be positive, got {self.initializer_range!r}."
             )
 
+    def check_vocabulary(self, tokens: int, vocab_file: str) -> None:
+        """Raises a `BertTfError` when a vocabulary of `tokens` entries has ids this model has
+        no embedding for (fewer tokens are fine: the original pads vocab_size up).
+
+        >>> BertConfig.from_preset("tiny", vocab_size=100).check_vocabulary(101, "vocab.txt")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        bert_tf.errors.BertTfError: The vocabulary vocab.txt has 101 tokens but the model only 100; use ...
+        """
+        if tokens > self.vocab_size:
+            raise BertTfError(f"The vocabulary {vocab_file} has {tokens} tokens but the model only {self.vocab_size}; "
+                              "use the vocab.txt that came with the checkpoint.")
+
     # === Construction ===
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> "BertConfig":

@@ -271,11 +271,7 @@ def load_encoder_and_tokenizer(options: Options):
     if vocab_file is None:
         raise BertTfError(f"No vocab.txt beside {options.init_checkpoint}; pass --vocab_file.")
     tokenizer = FullTokenizer(vocab_file, do_lower_case=options.do_lower_case)
-    if len(tokenizer.vocab) > config.vocab_size:
-        raise BertTfError(
-            f"--vocab_file {vocab_file} has {len(tokenizer.vocab)} tokens but the model only {config.vocab_size}; "
-            "pass the vocab.txt of the checkpoint."
-        )
+    config.check_vocabulary(len(tokenizer.vocab), vocab_file)
     return checkpoints.build_model(checkpoint, heads=False), tokenizer
 
 

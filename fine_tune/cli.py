@@ -50,6 +50,7 @@ from fine_tune.registry import RUN_FILE
 from fine_tune.task import EvalSet, Features, Task
 from fine_tune.trainer import (
     BEST_DIR,
+    CHECKPOINTS_DIR,
     FineTuningTrainer,
     TrainingConfig,
     fine_tuned_weights,
@@ -114,15 +115,34 @@ def description(family: str) -> str:
 
 
 def configs_from_flags(family: str, values: FlagValues) -> tuple[TaskConfig, RunConfig]:
-    """The task and run configs that parsed flags describe."""
-    entry = registry.lookup(values.task_name, family)
-    task_config = from_flags(entry.config, values)
+    """The task and run configs that parsed flags describe.
+
+    An evaluation or prediction without `--do_train` takes the settings the run in
+    `--output_dir` was trained with (its task, casing, sequence length, windows, ...)
+    wherever the command line gives none, so that it feeds the model as training did.
+    """
+    record = _record_to_evaluate(values, family)
+    task_name = values.task_name if record is None or values["task_name"].present else record["task"]
+    entry = registry.lookup(task_name, family)
+    same_task = record is not None and entry.name == record["task"]
+    task_config = from_flags(entry.config, values, record["task_config"] if same_task else None)
     run = {field.name: values[RUN_FLAG_NAMES.get(field.name, field.name)].value
            for field in dataclasses.fields(RunConfig)
            if RUN_FLAG_NAMES.get(field.name, field.name) in values}  # fmt: skip
     run["distribution_strategy"] = values.distribution_strategy or ("tpu" if values.use_tpu else "one_device")
     run["tpu_name"] = values.tpu_name or values.master
+    if record is not None:
+        run.update({name: record["training"][name] for name in RunConfig.recorded_fields if not values[name].present})
     return task_config, RunConfig(**run)
+
+
+def _record_to_evaluate(values: FlagValues, family: str) -> dict[str, Any] | None:
+    """The run record (`fine_tune.json`) of `--output_dir` when this command only evaluates
+    or predicts a run of its family (`run` refuses one of another)."""
+    if values.do_train or not values.output_dir or not os.path.isfile(os.path.join(values.output_dir, RUN_FILE)):
+        return None
+    record = registry.read_run_record(values.output_dir)
+    return record if "task_config" in record and record.get("family") == family else None
 
 
 def parse_args(family: str, argv: Sequence[str]) -> tuple[TaskConfig, RunConfig]:
@@ -179,6 +199,7 @@ def run(task_config: TaskConfig, args: RunConfig) -> dict[str, Any]:
     """
     task = registry.build_task(task_config, args)
     _check_flags(task_config, args)
+    _check_against_record(task_config, args)
     # First: the multi-worker and TPU strategies reconfigure the TensorFlow runtime.
     strategy = create_strategy(args.distribution_strategy, args.tpu_name, args.tpu_zone, args.gcp_project)
     if not is_chief(strategy):
@@ -220,6 +241,9 @@ def run(task_config: TaskConfig, args: RunConfig) -> dict[str, Any]:
     return report
 
 
+_ZERO_MEANS = {"eval_steps": "once per epoch", "max_train_examples": "all"}
+
+
 def _check_flags(task_config: TaskConfig, args: RunConfig) -> None:
     if not (args.do_train or args.do_eval or args.do_predict):
         raise BertTfError("At least one of --do_train, --do_eval or --do_predict must be set.")
@@ -232,12 +256,70 @@ def _check_flags(task_config: TaskConfig, args: RunConfig) -> None:
             raise BertTfError(f"--{flag} must be positive, got {getattr(args, flag)}.")
     if args.max_seq_length < 3:
         raise BertTfError(f"--max_seq_length must leave room for [CLS] and [SEP], got {args.max_seq_length}.")
+    for flag in ("iterations_per_loop", "save_checkpoints_steps", "pad_to_multiple_of"):
+        if getattr(args, flag) < 1:
+            raise BertTfError(f"--{flag} must be at least 1, got {getattr(args, flag)}.")
+    for flag in ("eval_steps", "max_train_examples"):
+        if getattr(args, flag) < 0:
+            raise BertTfError(f"--{flag} must not be negative (0: {_ZERO_MEANS[flag]}), got {getattr(args, flag)}.")
+    if args.do_train and not args.num_train_epochs > 0:
+        raise BertTfError(f"--num_train_epochs must be positive, got {args.num_train_epochs}.")
+    if args.do_train and not args.learning_rate >= 0:
+        raise BertTfError(f"--learning_rate must not be negative, got {args.learning_rate}.")
+    if not 0 <= args.warmup_proportion <= 1:
+        raise BertTfError(f"--warmup_proportion is a fraction of the training steps, from 0 to 1; got "
+                          f"{args.warmup_proportion}.")
+    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
+        raise BertTfError(f"--output_dir {args.output_dir} is a file; give a folder.")
     dtype_policy(args.mixed_precision)  # validates the setting early
     if args.export_dir and os.path.exists(args.export_dir):  # before hours of training, not after
         raise BertTfError(f"--export_dir {args.export_dir} already exists; remove it or give a new folder.")
     if args.export_dir and path_within(args.output_dir, args.export_dir):
         raise BertTfError(f"--export_dir {args.export_dir} would hold --output_dir {args.output_dir}; give a folder "
                           "outside the run.")
+
+
+def _check_against_record(task_config: TaskConfig, args: RunConfig) -> None:
+    """Refuses a run that does not belong to the run already in `--output_dir` (its
+    `fine_tune.json`): training that would resume a checkpoint trained with other
+    settings, or an evaluation with another task or casing than the model learnt."""
+    if not os.path.isfile(os.path.join(args.output_dir, RUN_FILE)):
+        return
+    record = registry.read_run_record(args.output_dir)
+    if "task_config" not in record:
+        return
+    here = registry.run_record(task_config, args, ())
+    if args.do_train:
+        changes = _training_changes(record, here, task_config)
+        if changes and tf.train.latest_checkpoint(os.path.join(args.output_dir, CHECKPOINTS_DIR)):
+            raise BertTfError(
+                f"--output_dir {args.output_dir} holds the checkpoint of a run with other settings ({changes}), "
+                "which this run would resume; repeat that run's settings to resume it, or give a new --output_dir."
+            )
+    elif record["family"] != here["family"] or record["task"] not in (here["task"], *_evaluates(task_config)):
+        raise BertTfError(
+            f"--output_dir {args.output_dir} holds a {record['family']} fine-tuned for --task_name={record['task']}, "
+            f"not {here['task']}; evaluate it with its own task, or give the --output_dir of a {here['task']} run."
+        )
+    elif record["do_lower_case"] != args.do_lower_case:
+        raise BertTfError(
+            f"The model in {args.output_dir} was trained with do_lower_case={record['do_lower_case']}; evaluate it "
+            f"with the same casing (--{'' if record['do_lower_case'] else 'no'}do_lower_case)."
+        )
+
+
+def _evaluates(task_config: TaskConfig) -> tuple[str, ...]:
+    return registry.lookup(task_config.task, task_config.family).evaluates
+
+
+def _training_changes(record: dict[str, Any], here: dict[str, Any], task_config: TaskConfig) -> str:
+    """The settings that fix what a training run computes and differ between two run
+    records, in words ("" if none)."""
+    pairs = [("task", record["task"], here["task"])]
+    pairs += [(name, record["task_config"].get(name), value) for name, value in here["task_config"].items()
+              if name != "task" and name not in task_config.evaluation_fields]  # fmt: skip
+    pairs += [(name, record["training"].get(name), here["training"][name]) for name in RunConfig.training_fields]
+    return ", ".join(f"{name} was {old}, now {new}" for name, old, new in pairs if old != new)
 
 
 # === Model, config and vocabulary ===
@@ -298,11 +380,7 @@ def _check_model_fits(args: RunConfig, config: BertConfig, tokenizer: FullTokeni
             f"--max_seq_length {args.max_seq_length} is above the model's max_position_embeddings "
             f"({config.max_position_embeddings}); use at most {config.max_position_embeddings}."
         )
-    if len(tokenizer.vocab) > config.vocab_size:
-        raise BertTfError(
-            f"The vocabulary {vocab} has {len(tokenizer.vocab)} tokens but the model only {config.vocab_size}; "
-            "use the vocab.txt that came with the checkpoint."
-        )
+    config.check_vocabulary(len(tokenizer.vocab), vocab)
 
 
 def _encoder(state: Run) -> BertEncoder:
@@ -372,13 +450,15 @@ def _train(
     steps = trainer.train(features, evaluate)
     seconds = time.perf_counter() - start
     save_weights(trainer.model, args.output_dir)
-    # Rows per second of a run from scratch (a resumed run counts the epochs it did not redo),
-    # and once traced: without the first loop, which includes building the step.
-    rows_per_second = len(features) * args.num_train_epochs / seconds
+    # Rows per second of the steps this call ran (a resumed run ran only the rest), and
+    # once traced: without the first loop, which includes building the step.
+    ran = steps - trainer.resumed_at
+    rows_per_second = sum(rows for rows, _ in trainer.loop_times) / seconds
     later = trainer.loop_times[1:]
     steady = sum(rows for rows, _ in later) / sum(s for _, s in later) if later else rows_per_second
-    print(f"Trained {steps} steps in {seconds:.1f} s ({rows_per_second:.1f} rows/s, {steady:.1f} once traced).",
-          flush=True)
+    resumed = f" (resumed at step {trainer.resumed_at}, to step {steps})" if trainer.resumed_at else ""
+    print(f"Trained {ran} steps{resumed} in {seconds:.1f} s ({rows_per_second:.1f} rows/s, {steady:.1f} once "
+          "traced).", flush=True)
     return {"train_steps": steps, "train_seconds": seconds, "train_rows": len(features),
             "train_rows_per_second": rows_per_second, "steady_rows_per_second": steady}
 

@@ -50,12 +50,17 @@ def config_flags(cls: type) -> Iterator[tuple[str, Flag]]:
             yield name or field.name, flag
 
 
-def from_flags(cls: type, values: Any, **fixed: Any) -> Any:
+def from_flags(cls: type, values: Any, recorded: Mapping[str, Any] | None = None, **fixed: Any) -> Any:
     """An instance of the config class `cls` from parsed flags (absl `FlagValues`);
-    `fixed` gives the fields no flag sets."""
+    `fixed` gives the fields no flag sets. With `recorded` (the config a run was trained
+    with), a setting the command line does not give is the recorded one, except where
+    the data is (`TaskConfig.data_fields`): an evaluation reads its own files."""
+    data_fields = getattr(cls, "data_fields", ())
     for field in dataclasses.fields(cls):
         if FLAG in field.metadata and field.name not in fixed:
-            fixed[field.name] = values[field.metadata[FLAG][0] or field.name].value
+            flag = values[field.metadata[FLAG][0] or field.name]
+            inherit = recorded is not None and field.name in recorded and field.name not in data_fields
+            fixed[field.name] = recorded[field.name] if inherit and not flag.present else flag.value
     return cls(**fixed)
 
 
@@ -130,6 +135,10 @@ class TaskConfig:
     flags stand alone). Subclasses set `family`, the command that serves them."""
 
     family: ClassVar[str] = ""
+    # Where the data is: a run's record does not carry these over to its evaluation.
+    data_fields: ClassVar[tuple[str, ...]] = ("data_dir", "train_file", "dev_file", "test_file", "predict_file")
+    # Settings that only change evaluation and prediction: a resumed training run may change them.
+    evaluation_fields: ClassVar[tuple[str, ...]] = ("dev_file", "test_file", "predict_file")
     task: str | None = own(TASK_FLAG, name="task_name")
     data_dir: str | None = own(Flag(str, None, "The folder of the task's files; without it, the file flags stand "
                                     "alone."))  # fmt: skip
@@ -140,6 +149,17 @@ class RunConfig(TrainingConfig):
     """The run besides the task: which BERT, which phases, the strategy, and the
     hyper-parameters of `TrainingConfig`; its fields are the flags of the same names
     (`seed` is `--random_seed`), with their defaults."""
+
+    # The settings that fix what a training run computes: a run resumed from its
+    # checkpoint must have the same (see `fine_tune.cli`).
+    training_fields: ClassVar[tuple[str, ...]] = (
+        "max_seq_length", "train_batch_size", "learning_rate", "num_train_epochs", "warmup_proportion", "lr_decay",
+        "optimizer", "adam_bias_correction", "weight_decay_rate", "padding", "pad_to_multiple_of", "seed",
+        "mixed_precision", "init_checkpoint", "bert_config_file", "preset", "hidden_act", "do_lower_case",
+        "max_train_examples",
+    )  # fmt: skip
+    # The settings an evaluation of a trained run takes from its record unless given.
+    recorded_fields: ClassVar[tuple[str, ...]] = ("do_lower_case", "max_seq_length")
 
     iterations_per_loop: int = SHARED["iterations_per_loop"].default
     keep_checkpoint_max: int = SHARED["keep_checkpoint_max"].default

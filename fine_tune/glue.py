@@ -288,6 +288,8 @@ GLUE = {
            "AX: GLUE's diagnostic set, predicted with a model fine-tuned on MNLI (--do_predict only)"),
 }
 ALIASES = {"sst-2": ("sst2", "sst"), "sts-b": ("stsb", "sts"), "ax": ("diagnostic",)}
+# The tasks a GLUE task evaluates the fine-tuned models of, besides its own.
+EVALUATES = {"ax": ("mnli",)}
 
 
 # === Configs ===
@@ -341,13 +343,16 @@ def _glue_factory(name: str) -> Callable[[GlueConfig, RunConfig], Task]:
 
 
 for _name in GLUE:
-    register(_name, GLUE[_name][3], GlueConfig, ALIASES.get(_name, ()))(_glue_factory(_name))
+    register(_name, GLUE[_name][3], GlueConfig, ALIASES.get(_name, ()), EVALUATES.get(_name, ()))(
+        _glue_factory(_name)
+    )
 
 
 XNLI_LANGUAGES = ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")
 
 
-@register("xnli", "XNLI: MNLI in 15 languages (--xnli_language, 'zh' as the original)", XnliConfig)
+@register("xnli", "XNLI: MNLI in 15 languages (--xnli_language, 'zh' as the original)", XnliConfig,
+          evaluates=("mnli",))  # zero-shot: an MNLI model scored in another language
 def xnli(config: XnliConfig, run: RunConfig) -> Task:
     language = config.xnli_language
     if language not in XNLI_LANGUAGES:

@@ -41,18 +41,26 @@ class Entry:
     description: str
     config: type[TaskConfig]
     factory: Callable[[Any, RunConfig], Any]
+    evaluates: tuple[str, ...] = ()  # other tasks whose fine-tuned models it evaluates (AX: MNLI's)
 
 
 _ENTRIES: dict[str, Entry] = {}
 _ALIASES: dict[str, str] = {}
 
 
-def register(name: str, description: str, config: type[TaskConfig], aliases: tuple[str, ...] = ()) -> Callable:
+def register(
+    name: str,
+    description: str,
+    config: type[TaskConfig],
+    aliases: tuple[str, ...] = (),
+    evaluates: tuple[str, ...] = (),
+) -> Callable:
     """Decorator: registers `factory(config, run) -> Task` under `name` (and `aliases`),
-    in the family of its config class."""
+    in the family of its config class; `evaluates` names the tasks whose fine-tuned
+    models it may evaluate besides its own."""
 
     def decorate(factory: Callable[[Any, RunConfig], Any]) -> Callable[[Any, RunConfig], Any]:
-        _ENTRIES[name] = Entry(name, config.family, description, config, factory)
+        _ENTRIES[name] = Entry(name, config.family, description, config, factory, evaluates)
         for alias in (name, *aliases):
             _ALIASES[alias.lower()] = name
         return factory

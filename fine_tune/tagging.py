@@ -29,6 +29,7 @@ from fine_tune import metrics as metric_functions
 from fine_tune.config import RunConfig, TaskConfig, check_data_dir, own, shared
 from fine_tune.features import label_index, unknown_label
 from fine_tune.heads import TokenClassificationHead, token_classification_loss
+from fine_tune.jsonl import utf8_lines
 from fine_tune.registry import register
 from fine_tune.task import EvalSet, Features, PredictionWriter, Reader, Task, write_lines
 
@@ -48,6 +49,8 @@ class TaggedSentence:
         document: index of the document the sentence belongs to.
         docstart: the `-DOCSTART-` line just before the sentence, if any.
         source: "file line N" of its first token.
+        path: the file it was read from ("" if none).
+        line: the line of its first token in `path` (its token lines follow one another).
     """
 
     guid: str
@@ -57,6 +60,12 @@ class TaggedSentence:
     document: int
     docstart: str | None
     source: str
+    path: str = ""
+    line: int = 0
+
+    def word_source(self, index: int) -> str:
+        """Where word `index` is, for messages: "file line N" of its own line when read from a file."""
+        return f"{self.path} line {self.line + index}" if self.path else self.source
 
 
 # === Tag schemes ===
@@ -129,29 +138,29 @@ def read_conll(path: str, word: Callable[[str], str] = as_is) -> list[TaggedSent
             guid = f"{os.path.basename(path)}-{len(sentences)}"
             words = tuple(word(cells[0]) for cells in lines)
             sentences.append(
-                TaggedSentence(guid, words, tags, tuple(lines), document, docstart, f"{path} line {first_line}")
+                TaggedSentence(guid, words, tags, tuple(lines), document, docstart, f"{path} line {first_line}", path,
+                               first_line)
             )
             lines, docstart = [], None
 
-    with open(path, encoding="utf-8-sig") as handle:
-        for number, text in enumerate(handle, 1):
-            cells = tuple(text.split())
-            if not cells:
-                flush()
-            elif cells[0] == DOCSTART:
-                flush()
-                document += bool(sentences)
-                docstart = text.rstrip("\n")
-            else:
-                width = width or len(cells)
-                if len(cells) != width:
-                    raise DataError(
-                        f"{path} line {number} has {len(cells)} whitespace-separated columns, "
-                        f"but the file's first token line has {width}."
-                    )
-                first_line = first_line if lines else number
-                lines.append(cells)
-        flush()
+    for number, text in utf8_lines(path):
+        cells = tuple(text.split())
+        if not cells:
+            flush()
+        elif cells[0] == DOCSTART:
+            flush()
+            document += bool(sentences)
+            docstart = text
+        else:
+            width = width or len(cells)
+            if len(cells) != width:
+                raise DataError(
+                    f"{path} line {number} has {len(cells)} whitespace-separated columns, "
+                    f"but the file's first token line has {width}."
+                )
+            first_line = first_line if lines else number
+            lines.append(cells)
+    flush()
     return sentences
 
 
@@ -260,9 +269,10 @@ class TaggingFeaturiser:
     def _label_ids(sentence: TaggedSentence, index: dict[str, int], labels: Sequence[str]) -> np.ndarray:
         if sentence.label is None:
             return np.zeros(len(sentence.words), np.int32)
-        for tag in sentence.label:
-            if tag not in index:
-                raise unknown_label(tag, sentence.source, labels)
+        for number, tag in enumerate(sentence.label):
+            if tag not in index:  # named as the file has it (before any IOB1 -> IOB2 conversion)
+                raise unknown_label(sentence.lines[number][-1] if sentence.lines else tag,
+                                    sentence.word_source(number), labels)
         return np.array([index[tag] for tag in sentence.label], np.int32)
 
     def _context(

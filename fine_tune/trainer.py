@@ -161,6 +161,7 @@ class FineTuningTrainer:
         self.updater: Updater | None = None
         self._predict_functions: dict[tuple[str, ...], Any] = {}
         self._host_loop: HostLoop | None = None
+        self.resumed_at = 0  # the step `train` started from: > 0 when it resumed a checkpoint
 
     @property
     def loop_times(self) -> list[tuple[float, float]]:
@@ -230,6 +231,7 @@ class FineTuningTrainer:
         )
         log = functools.partial(print, flush=True)
         checkpoint.restore(log, lambda: self.completed_steps)
+        self.resumed_at = self.completed_steps
         self._host_loop = HostLoop(
             checkpoint, config.iterations_per_loop, config.save_checkpoints_steps, total_steps,
             log_dir=os.path.join(config.output_dir, TRAIN_LOGS_DIR), log=log,

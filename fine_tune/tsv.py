@@ -22,6 +22,7 @@ import os
 import sys
 
 from bert_tf.errors import DataError
+from fine_tune.jsonl import utf8_lines
 
 # GLUE sentences are short, but QNLI/SQuAD-like paragraphs can exceed csv's default
 # 128 KiB field limit; the original raised it the same way.
@@ -40,14 +41,14 @@ def read_tsv(path: str | os.PathLike) -> list[Row]:
     """The rows of a TSV file (header included), all of the same width.
 
     Raises `DataError` naming the file and line when a row's width differs from the
-    first row's, or when the file is missing.
+    first row's or a line is not UTF-8, or when the file is missing.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise DataError(f"Data file {path} does not exist.")
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t", quotechar=None)
-        rows = [Row(number, cells) for number, cells in enumerate(reader, 1)]
+    # Line by line: quotes are ordinary characters, so a row never spans two lines.
+    reader = csv.reader((text for _, text in utf8_lines(path)), delimiter="\t", quotechar=None)
+    rows = [Row(number, cells) for number, cells in enumerate(reader, 1)]
     rows = [row for row in rows if row.cells]  # a trailing blank line is not a row
     if not rows:
         return []

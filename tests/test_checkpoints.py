@@ -398,13 +398,46 @@ def test_encoder_ignores_heads_and_warns_about_other_variables(tiny_pretrainer, 
     np.testing.assert_array_equal(encoder.pooler_dense.kernel.numpy(), weights["bert/pooler/dense/kernel"])
 
 
-def test_partial_heads_are_an_error(tiny_pretrainer, tmp_path):
+@pytest.mark.parametrize("missing", [
+    ("cls/seq_relationship/output_weights",),
+    ("bert/pooler/dense/kernel",),
+    ("cls/predictions/transform/dense/kernel", "cls/predictions/output_bias"),
+])  # fmt: skip
+def test_partial_heads_are_an_error(tiny_pretrainer, tmp_path, missing):
     weights = weights_of(tiny_pretrainer)
-    del weights["cls/seq_relationship/output_weights"], weights["cls/seq_relationship/output_bias"]
+    for name in missing:
+        del weights[name]
     tf1.write(str(tmp_path), weights, tiny_config())
     with pytest.raises(BertTfError) as error:
         checkpoints.load_pretrainer(tmp_path)
-    assert_one_sentence(error.value, "missing 2 variables", "cls/seq_relationship/output_weights")
+    assert_one_sentence(error.value, f"missing {len(missing)} variable", missing[0])
+
+
+def test_transformers_masked_lm_checkpoint_loads_with_a_fresh_pooler_and_nsp_head(transformers_and_torch, tmp_path):
+    """HF's BertForMaskedLM has no pooler and no next-sentence head: both start fresh, with a warning each."""
+    transformers, torch = transformers_and_torch
+    torch.manual_seed(0)
+    config = transformers.BertConfig(**tiny_config(hidden_act="gelu_exact").to_hf_dict())
+    model = transformers.BertForMaskedLM(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    model.save_pretrained(tmp_path)
+    with pytest.warns(UserWarning) as caught:
+        pretrainer = checkpoints.load_pretrainer(tmp_path)
+    warned = " ".join(str(warning.message) for warning in caught)
+    assert "no pooler weights" in warned and "no next-sentence head weights" in warned
+    inputs = tiny_inputs()
+    with torch.no_grad():
+        result = model(**torch_inputs(inputs, torch), output_hidden_states=True)
+    ours = pretrainer(inputs)
+    rows = np.arange(3)[:, None]
+    theirs = result.logits.numpy()[rows, inputs["masked_lm_positions"]]
+    assert max_diff(ours["masked_lm_logits"], theirs) <= TOLERANCE
+    with pytest.warns(UserWarning, match="no pooler weights"):
+        encoder = checkpoints.load_encoder(tmp_path)
+    sequence = encoder(encoder_inputs(inputs))["sequence_output"]
+    assert max_diff(sequence, result.hidden_states[-1].numpy(), inputs["input_mask"]) <= TOLERANCE
 
 
 def test_config_overrides(saved):
@@ -459,6 +492,11 @@ def test_convert_cli_hidden_act_override(saved, tmp_path, capsys):
     argv = ["--input", saved["tf1"], "--output", output, "--output_format", "hf", "--hidden_act", "gelu_exact"]
     assert convert.main(argv) == 0
     assert json.loads(Path(output, "config.json").read_text())["hidden_act"] == "gelu"  # HF's name for the erf form
+
+
+def test_tf1_output_of_an_erf_gelu_model_warns_that_the_original_cannot_read_its_config(tmp_path):
+    with pytest.warns(UserWarning, match="says hidden_act='gelu_exact', which bert_tf reads but the original code"):
+        checkpoints.save(BertEncoder(tiny_config(hidden_act="gelu_exact")), tmp_path / "tf1", "tf1")
 
 
 @pytest.mark.parametrize(
@@ -588,6 +626,22 @@ def test_unknown_formats(tmp_path):
         with pytest.raises(BertTfError) as error:
             checkpoints.detect_format(path)
         assert_one_sentence(error.value, "is not a checkpoint bert_tf can read")
+
+
+def test_an_output_with_a_trailing_slash_names_the_folder(tiny_pretrainer, tmp_path, capsys, saved):
+    assert convert.main(["--input", saved["tf1"], "--output", f"{tmp_path / 'out'}/", "--output_format", "hf"]) == 0
+    assert os.listdir(tmp_path) == ["out"] and checkpoints.detect_format(tmp_path / "out") == "hf"
+
+
+def test_convert_checks_the_vocabulary_against_the_model(saved, tmp_path, capsys):
+    big = tmp_path / "big_vocab.txt"
+    big.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(200)]))
+    argv = ["--input", saved["tf1"], "--output", str(tmp_path / "out"), "--output_format", "hf",
+            "--vocab_file", str(big)]
+    assert convert.main(argv) == 1
+    assert capsys.readouterr().err == (f"error: The vocabulary {big} has 205 tokens but the model only 120; use the "
+                                       "vocab.txt that came with the checkpoint.\n")
+    assert not os.path.exists(tmp_path / "out")
 
 
 def test_save_refuses_existing_output_and_unknown_format(tiny_pretrainer, saved, tmp_path):

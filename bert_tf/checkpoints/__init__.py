@@ -13,9 +13,11 @@ describes a BERT of the model's size.
 
 Pre-training heads: `load_encoder` ignores them. `load_pretrainer` on a checkpoint
 without any head variable (e.g. HF's `BertModel`) warns and leaves the heads freshly
-initialised, as one does to start pre-training from an encoder; a checkpoint with only
-some of them is broken and raises. Variables outside the encoder and the heads (a
-fine-tuned classifier, say) are ignored with a warning.
+initialised, as one does to start pre-training from an encoder. A checkpoint without
+any next-sentence head or pooler variable (HF's `BertForMaskedLM`) loads the same way,
+that part fresh, with a warning; a checkpoint with only some variables of a part is
+broken and raises. Variables outside the encoder and the heads (a fine-tuned
+classifier, say) are ignored with a warning.
 
 Example:
 >>> import os, tempfile
@@ -46,6 +48,7 @@ from bert_tf.pretrainer import BertPretrainer
 
 FORMATS = ("tf1", "hf", "keras")  # what `save` writes
 _READERS = {"tf1": tf1.read, "hf": hf.read, "keras": keras_format.read, "training": training_format.read}
+_WITH_CONFIG_FILE = ("tf1", "training")  # the formats whose config is a separate bert_config.json
 
 __all__ = [
     "FORMATS",
@@ -112,7 +115,7 @@ def read_checkpoint(path: str | os.PathLike, config_file: str | None = None, **c
     """
     path = hf.directory_of(os.fspath(path))
     fmt = detect_format(path)
-    checkpoint = tf1.read(path, config_file) if fmt == "tf1" else _READERS[fmt](path)
+    checkpoint = _READERS[fmt](path, config_file) if fmt in _WITH_CONFIG_FILE else _READERS[fmt](path)
     if config_file is not None:
         checkpoint.config, checkpoint.config_source = BertConfig.from_json_file(config_file), config_file
     if config_overrides:
@@ -159,6 +162,7 @@ def _fill(model: BertEncoder | BertPretrainer, checkpoint: Checkpoint) -> None:
                 stacklevel=4,
             )
             slots = names.encoder_slots(model.encoder)
+    slots = _without_absent_parts(slots, checkpoint)
     assignments, mismatch = names.plan(slots, checkpoint.weights, checkpoint.naming, scopes)
     if mismatch:
         raise BertTfError(
@@ -173,6 +177,18 @@ def _fill(model: BertEncoder | BertPretrainer, checkpoint: Checkpoint) -> None:
             stacklevel=4,
         )
     names.assign(assignments)
+
+
+def _without_absent_parts(slots: dict[str, names.Slot], checkpoint: Checkpoint) -> dict[str, names.Slot]:
+    """`slots` less the optional parts (`names.OPTIONAL_PARTS`) of which the checkpoint has
+    no variable at all, with a warning for each: they keep their fresh initialisation."""
+    for prefix, part in names.OPTIONAL_PARTS.items():
+        own = [name for name in slots if name.startswith(prefix)]
+        if own and not any(checkpoint.naming.native(name)[0] in checkpoint.weights for name in own):
+            warnings.warn(f"{checkpoint.path} has no {part} weights (as HF's BertForMaskedLM), so the {part} "
+                          "starts from a fresh initialisation.", stacklevel=5)
+            slots = {name: slot for name, slot in slots.items() if not name.startswith(prefix)}
+    return slots
 
 
 def build_model(
@@ -297,7 +313,7 @@ def save(
     temporary name and renamed when complete, so `path` never holds half a checkpoint.
     Returns `path`, which every loader here accepts.
     """
-    path = os.fspath(path)
+    path = os.path.normpath(os.fspath(path))  # "out/" names the folder "out", not a name inside it
     if format not in FORMATS:
         raise BertTfError(f"Unknown checkpoint format {format!r}; use one of {', '.join(FORMATS)}.")
     if os.path.exists(path):

@@ -19,7 +19,7 @@ class Checkpoint:
     """What a reader found at `path`.
 
     Attributes:
-        format: "tf1", "hf" or "keras".
+        format: "tf1", "hf", "keras" or "training" (a `run_pretraining.py` checkpoint).
         path: the checkpoint itself (TF1 prefix, HF directory or .keras file).
         config: the model's config, overrides applied.
         config_source: where the config came from, for messages.

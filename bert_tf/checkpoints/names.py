@@ -137,6 +137,12 @@ def head_slots(pretrainer: BertPretrainer) -> dict[str, Slot]:
     }
 
 
+# Parts a checkpoint may lack as a whole, TF1 name prefix -> why: they then keep their
+# initialisation. HF's BertForMaskedLM has neither; BertModel(add_pooling_layer=False)
+# has no pooler. Half of one is a broken checkpoint, as anything else missing.
+OPTIONAL_PARTS = {"bert/pooler/": "pooler", "cls/seq_relationship/": "next-sentence head"}
+
+
 def model_slots(model: BertEncoder | BertPretrainer) -> dict[str, Slot]:
     """TF1 name -> variable of either of our models."""
     if isinstance(model, BertPretrainer):

@@ -3,7 +3,8 @@
 Variables are stored by name (see shared REFERENCE.md), kernels [in, out]. Reading
 skips optimizer state; writing produces the same name-based bundle that
 `tf.compat.v1.train.Saver` writes, so the original code, `tf.train.load_checkpoint`
-and Model Garden's converter read it.
+and Model Garden's converter read it (with its `bert_config.json`, unless the model's
+activation is one the original has no name for, e.g. the erf GELU: a warning says so).
 
 Example:
 >>> import os, tempfile
@@ -23,6 +24,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -39,6 +41,8 @@ CONFIG_NAME = "bert_config.json"
 # (<var>/adam_m, <var>/adam_v), tf.compat.v1 Adam's (<var>/Adam, <var>/Adam_1,
 # beta1_power, beta2_power) and the step counter.
 _NOT_WEIGHTS = re.compile(r"/(adam_[mv]|Adam(_1)?)$|^(global_step|beta[12]_power)$")
+# The activations the original modeling.py's get_activation knows.
+_ORIGINAL_ACTIVATIONS = ("gelu", "relu", "tanh")
 _SHARD_SUFFIX = re.compile(r"\.(index|data-\d{5}-of-\d{5})$")
 
 
@@ -104,4 +108,10 @@ def write(directory: str, weights: dict[str, np.ndarray], config: BertConfig) ->
         handle.write(f'model_checkpoint_path: "{CHECKPOINT_NAME}"\n')
         handle.write(f'all_model_checkpoint_paths: "{CHECKPOINT_NAME}"\n')
     config.to_json_file(os.path.join(directory, CONFIG_NAME))
+    if config.hidden_act not in _ORIGINAL_ACTIVATIONS:
+        # Google's format has no name for it: the original's "gelu" is the tanh form.
+        warnings.warn(f"{CONFIG_NAME} in {directory} says hidden_act={config.hidden_act!r}, which bert_tf reads but "
+                      f"the original code and Model Garden do not (they know {', '.join(_ORIGINAL_ACTIVATIONS)}); "
+                      "give them the HuggingFace format, or edit it to 'gelu' to run the tanh approximation.",
+                      stacklevel=3)
     return prefix

@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import os
 
+import keras
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
@@ -61,14 +62,21 @@ def _variable_count(prefix: str, scope: tuple[str, ...]) -> int:
     return sum(any(a.name == "VARIABLE_VALUE" for a in graph.nodes[n].attributes) for n in seen)
 
 
-def read_config(path: str) -> tuple[str, BertConfig, str]:
-    """(prefix, config, config file) of the pre-training checkpoint at `path`."""
+def read_config(path: str, config_file: str | None = None) -> tuple[str, BertConfig, str]:
+    """(prefix, config, config file) of the pre-training checkpoint at `path`: the config
+    of `config_file`, else the `bert_config.json` that run_pretraining.py writes beside it."""
     prefix = find_training_prefix(path)
     if prefix is None:
         raise BertTfError(f"{path} is not a bert_tf training checkpoint (no object-based checkpoint with a model).")
-    config_file = os.path.join(os.path.dirname(prefix), CONFIG_NAME)
-    if not os.path.isfile(config_file):
-        raise BertTfError(f"The training checkpoint {prefix} has no {CONFIG_NAME} beside it ({config_file} does not exist).")
+    if keras.backend.backend() != "tensorflow":  # tf.train.Checkpoint restores TensorFlow variables only
+        raise BertTfError(f"The training checkpoint {prefix} loads with KERAS_BACKEND=tensorflow only (this is "
+                          f"{keras.backend.backend()}); convert it first: bert-convert --input {path} --output OUT "
+                          "--output_format keras.")
+    if config_file is None:
+        config_file = os.path.join(os.path.dirname(prefix), CONFIG_NAME)
+        if not os.path.isfile(config_file):
+            raise BertTfError(f"The training checkpoint {prefix} has no {CONFIG_NAME} beside it ({config_file} does "
+                              "not exist); pass --bert_config_file, the config the run was trained with.")
     return prefix, BertConfig.from_json_file(config_file), config_file
 
 
@@ -83,11 +91,13 @@ def restore_into(model: BertEncoder | BertPretrainer, prefix: str, config_file: 
     if missing:  # TF's own error for this is an UNKNOWN-coded OpError, like a mismatch's
         raise damaged(prefix, f"{os.path.basename(missing[0])} is missing")
     try:
-        status = tf.train.Checkpoint(**{MODEL_KEY: root}).read(prefix)
-        status.expect_partial().assert_existing_objects_matched()
+        # Counted first: a checkpoint with fewer layers than the config fails the restore
+        # with pages of unmatched objects, which say less than the two counts.
         found = _variable_count(prefix, scope)
         if found != len(model.weights):
             raise ValueError(f"it holds {found} model variables where the config gives {len(model.weights)}")
+        status = tf.train.Checkpoint(**{MODEL_KEY: root}).read(prefix)
+        status.expect_partial().assert_existing_objects_matched()
     except (tf.errors.DataLossError, IndexError) as error:  # a file cut short
         raise damaged(prefix, first_line(error)) from None
     except (AssertionError, ValueError, tf.errors.OpError) as error:
@@ -112,9 +122,9 @@ def missing_data_files(prefix: str) -> list[str]:
     return [path for path in expected if not os.path.exists(path)]
 
 
-def read(path: str) -> Checkpoint:
+def read(path: str, config_file: str | None = None) -> Checkpoint:
     """Restores the model of a pre-training checkpoint and returns its weights under TF1 names."""
-    prefix, config, config_file = read_config(path)
+    prefix, config, config_file = read_config(path, config_file)
     model = BertPretrainer(BertEncoder(config))
     restore_into(model, prefix, config_file)
     weights = names.collect(names.model_slots(model))

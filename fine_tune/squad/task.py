@@ -115,6 +115,8 @@ class SquadConfig(TaskConfig):
     """SQuAD v1.1 / v2.0 (or SQuAD-format) JSON files and the original run_squad.py's settings."""
 
     family: ClassVar[str] = "squad"
+    evaluation_fields: ClassVar[tuple[str, ...]] = (*TaskConfig.evaluation_fields, "n_best_size", "max_answer_length",
+                                                    "null_score_diff_threshold", "verbose_logging")
     task: str | None = task_field("squad")
     train_file: str | None = shared("train_file")
     dev_file: str | None = shared("dev_file")
