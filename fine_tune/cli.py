@@ -132,7 +132,8 @@ def configs_from_flags(family: str, values: FlagValues) -> tuple[TaskConfig, Run
     run["distribution_strategy"] = values.distribution_strategy or ("tpu" if values.use_tpu else "one_device")
     run["tpu_name"] = values.tpu_name or values.master
     if record is not None:
-        run.update({name: record["training"][name] for name in RunConfig.recorded_fields if not values[name].present})
+        run.update({name: record["training"][name] for name in RunConfig.recorded_fields
+                    if name in record["training"] and not values[name].present})  # fmt: skip
     return task_config, RunConfig(**run)
 
 
@@ -190,16 +191,21 @@ class Run:
     training: TrainingConfig
     checkpoint: checkpoints.Checkpoint | None = None
     labels: tuple[str, ...] = ()
+    resumes: dict[str, Any] | None = None  # the record of the run whose checkpoint training resumes
 
 
 def run(task_config: TaskConfig, args: RunConfig) -> dict[str, Any]:
     """Trains, evaluates and predicts as the configs say; returns the scores and timings.
 
-    `fine_tune.run`: the library entry that the commands map their flags onto.
+    `fine_tune.run`: the library entry that the commands map their flags onto. To evaluate
+    a trained run with the settings it was trained with, start from its configs:
+    `_, task_config, run_config, _ = fine_tune.registry.task_from_run_dir(output_dir)`
+    (the commands take them for every flag not given; here a setting that differs from
+    the run's is only warned about).
     """
+    resumes = _check_against_record(task_config, args)
     task = registry.build_task(task_config, args)
     _check_flags(task_config, args)
-    _check_against_record(task_config, args)
     # First: the multi-worker and TPU strategies reconfigure the TensorFlow runtime.
     strategy = create_strategy(args.distribution_strategy, args.tpu_name, args.tpu_zone, args.gcp_project)
     if not is_chief(strategy):
@@ -211,7 +217,8 @@ def run(task_config: TaskConfig, args: RunConfig) -> dict[str, Any]:
     config, vocab_file = _config_and_vocab(args, checkpoint)
     tokenizer = FullTokenizer(vocab_file, do_lower_case=args.do_lower_case)
     _check_model_fits(args, config, tokenizer, vocab_file)
-    state = Run(args, task_config, task, config, tokenizer, vocab_file, strategy, args.training_config(), checkpoint)
+    state = Run(args, task_config, task, config, tokenizer, vocab_file, strategy, args.training_config(), checkpoint,
+                resumes=resumes)
     splits = {split: _read(state, split) for split in ("train", "dev", "test") if args.wants(split)}
     state.labels = _labels(state, splits.get("train"))  # from the whole train set, not the first N
     if "train" in splits and args.max_train_examples:
@@ -279,47 +286,90 @@ def _check_flags(task_config: TaskConfig, args: RunConfig) -> None:
                           "outside the run.")
 
 
-def _check_against_record(task_config: TaskConfig, args: RunConfig) -> None:
+def _check_against_record(task_config: TaskConfig, args: RunConfig) -> dict[str, Any] | None:
     """Refuses a run that does not belong to the run already in `--output_dir` (its
     `fine_tune.json`): training that would resume a checkpoint trained with other
-    settings, or an evaluation with another task or casing than the model learnt."""
-    if not os.path.isfile(os.path.join(args.output_dir, RUN_FILE)):
-        return
+    settings, or an evaluation with another task or casing than the model learnt; warns
+    about an evaluation with other settings. Returns the record of the run that training
+    resumes, if any (its data and model are checked once read: `_check_resumed`)."""
+    if not args.output_dir or not os.path.isfile(os.path.join(args.output_dir, RUN_FILE)):
+        return None
     record = registry.read_run_record(args.output_dir)
     if "task_config" not in record:
-        return
+        return None
     here = registry.run_record(task_config, args, ())
     if args.do_train:
-        changes = _training_changes(record, here, task_config)
-        if changes and tf.train.latest_checkpoint(os.path.join(args.output_dir, CHECKPOINTS_DIR)):
+        if not tf.train.latest_checkpoint(os.path.join(args.output_dir, CHECKPOINTS_DIR)):
+            return None
+        changes = _changes(record, here, task_config, RunConfig.training_fields, task_config.evaluation_fields)
+        if changes:
             raise BertTfError(
                 f"--output_dir {args.output_dir} holds the checkpoint of a run with other settings ({changes}), "
                 "which this run would resume; repeat that run's settings to resume it, or give a new --output_dir."
             )
-    elif record["family"] != here["family"] or record["task"] not in (here["task"], *_evaluates(task_config)):
+        return record
+    if record["family"] != here["family"] or record["task"] not in (here["task"], *_evaluates(task_config)):
         raise BertTfError(
-            f"--output_dir {args.output_dir} holds a {record['family']} fine-tuned for --task_name={record['task']}, "
-            f"not {here['task']}; evaluate it with its own task, or give the --output_dir of a {here['task']} run."
+            f"--output_dir {args.output_dir} holds a model fine-tuned for --task_name={record['task']} with "
+            f"{COMMANDS[record['family']]}, not for {here['task']}; evaluate it as that, or give the --output_dir of "
+            f"a {here['task']} run."
         )
-    elif record["do_lower_case"] != args.do_lower_case:
+    lower_cased = record["training"].get("do_lower_case", args.do_lower_case)
+    if lower_cased != args.do_lower_case:
         raise BertTfError(
-            f"The model in {args.output_dir} was trained with do_lower_case={record['do_lower_case']}; evaluate it "
-            f"with the same casing (--{'' if record['do_lower_case'] else 'no'}do_lower_case)."
+            f"The model in {args.output_dir} was trained with do_lower_case={lower_cased}; evaluate it with the same "
+            f"casing (--{'' if lower_cased else 'no'}do_lower_case)."
         )
+    if record["task"] == here["task"]:
+        changes = _changes(record, here, task_config, RunConfig.recorded_fields, task_config.evaluation_fields)
+        if changes:
+            print(f"Warning: evaluating with other settings than the run in {args.output_dir} was trained with "
+                  f"({changes}).", file=sys.stderr, flush=True)
+    return None
+
+
+COMMANDS = {"classifier": "run_classifier.py", "ner": "run_ner.py", "squad": "run_squad.py"}
 
 
 def _evaluates(task_config: TaskConfig) -> tuple[str, ...]:
     return registry.lookup(task_config.task, task_config.family).evaluates
 
 
-def _training_changes(record: dict[str, Any], here: dict[str, Any], task_config: TaskConfig) -> str:
-    """The settings that fix what a training run computes and differ between two run
-    records, in words ("" if none)."""
-    pairs = [("task", record["task"], here["task"])]
-    pairs += [(name, record["task_config"].get(name), value) for name, value in here["task_config"].items()
-              if name != "task" and name not in task_config.evaluation_fields]  # fmt: skip
-    pairs += [(name, record["training"].get(name), here["training"][name]) for name in RunConfig.training_fields]
+def _changes(
+    record: dict[str, Any], here: dict[str, Any], task_config: TaskConfig, run_fields: Sequence[str],
+    evaluation_fields: Sequence[str],
+) -> str:  # fmt: skip
+    """The settings that differ between a run's record and this run's, in words ("" if
+    none): the task, its config's fields but for where the data is and `evaluation_fields`,
+    and `run_fields` of the run config. A setting the record lacks (an older run) is not
+    compared."""
+    if record["family"] != here["family"]:
+        return f"task was {record['task']} of {COMMANDS[record['family']]}, now {here['task']}"
+    if record["task"] != here["task"]:
+        return f"task was {record['task']}, now {here['task']}"
+    skipped = {"task", *task_config.data_fields, *evaluation_fields}
+    pairs = [(name, record["task_config"].get(name, value), value) for name, value in here["task_config"].items()
+             if name not in skipped]  # fmt: skip
+    pairs += [(name, record["training"].get(name, here["training"][name]), here["training"][name])
+              for name in run_fields]  # fmt: skip
     return ", ".join(f"{name} was {old}, now {new}" for name, old, new in pairs if old != new)
+
+
+def _check_resumed(state: Run, features: Features) -> None:
+    """Refuses to resume a checkpoint whose run trained another model config or on other
+    rows (other files, vocabulary, casing or length) than this run's."""
+    if state.resumes is None:
+        return
+    output_dir = state.args.output_dir
+    saved = os.path.join(output_dir, CONFIG_FILE)
+    if os.path.isfile(saved) and BertConfig.from_json_file(saved) != state.config:
+        raise BertTfError(f"--output_dir {output_dir} holds the checkpoint of a run of another model config ({saved}) "
+                          "which this run would resume; give that run's model, or a new --output_dir.")
+    recorded = state.resumes.get("train_data")
+    if recorded is not None and recorded != features.fingerprint():
+        raise BertTfError(f"--output_dir {output_dir} holds the checkpoint of a run on other training rows (another "
+                          "train file, vocabulary or split) which this run would resume; give that run's data, or a "
+                          "new --output_dir.")
 
 
 # === Model, config and vocabulary ===
@@ -427,14 +477,15 @@ def _featurise(state: Run, eval_set: EvalSet) -> Features:
 
 
 # === Training ===
-def _save_run(state: Run) -> None:
-    """What `--do_eval/--do_predict` without `--do_train` need to rebuild the model."""
+def _save_run(state: Run, features: Features) -> None:
+    """What `--do_eval/--do_predict` without `--do_train` need to rebuild the model, and
+    what a resumed run checks (`features`: the training rows)."""
     output_dir = state.args.output_dir
     os.makedirs(output_dir, exist_ok=True)
     state.config.to_json_file(os.path.join(output_dir, CONFIG_FILE))
     if os.path.abspath(state.vocab_file) != os.path.abspath(os.path.join(output_dir, VOCAB_FILE)):
         shutil.copyfile(state.vocab_file, os.path.join(output_dir, VOCAB_FILE))
-    record = registry.run_record(state.task_config, state.args, state.labels)
+    record = {**registry.run_record(state.task_config, state.args, state.labels), "train_data": features.fingerprint()}
     write_atomically(os.path.join(output_dir, RUN_FILE), json.dumps(record, indent=2))
 
 
@@ -442,8 +493,9 @@ def _train(
     state: Run, trainer: FineTuningTrainer, train: EvalSet, dev: list[tuple[EvalSet, Features]]
 ) -> dict[str, Any]:
     args = state.args
-    _save_run(state)
     features = _featurise(state, train)
+    _check_resumed(state, features)
+    _save_run(state, features)
     print(f"Training on {len(train.examples)} examples ({len(features)} rows) from {train.source}.", flush=True)
     evaluate = _best_keeper(state, trainer, dev) if dev and args.evaluate_during_training else None
     start = time.perf_counter()

@@ -151,12 +151,12 @@ class RunConfig(TrainingConfig):
     (`seed` is `--random_seed`), with their defaults."""
 
     # The settings that fix what a training run computes: a run resumed from its
-    # checkpoint must have the same (see `fine_tune.cli`).
+    # checkpoint must have the same (see `fine_tune.cli`). Paths are not among them: the
+    # model's config and the training rows themselves are compared instead.
     training_fields: ClassVar[tuple[str, ...]] = (
         "max_seq_length", "train_batch_size", "learning_rate", "num_train_epochs", "warmup_proportion", "lr_decay",
-        "optimizer", "adam_bias_correction", "weight_decay_rate", "padding", "pad_to_multiple_of", "seed",
-        "mixed_precision", "init_checkpoint", "bert_config_file", "preset", "hidden_act", "do_lower_case",
-        "max_train_examples",
+        "optimizer", "adam_bias_correction", "weight_decay_rate", "padding", "seed", "mixed_precision",
+        "do_lower_case", "max_train_examples",
     )  # fmt: skip
     # The settings an evaluation of a trained run takes from its record unless given.
     recorded_fields: ClassVar[tuple[str, ...]] = ("do_lower_case", "max_seq_length")

@@ -88,6 +88,8 @@ def lookup(name: str | None, family: str) -> Entry:
     """The entry of task `name` in `family`; a `BertTfError` lists the valid names."""
     valid = entries(family)
     entry = _ENTRIES.get(_ALIASES.get((name or "").lower(), ""))
+    if name is None:
+        raise BertTfError(f"--task_name is required; valid tasks: {', '.join(e.name for e in valid)}.")
     if entry is None or entry.family != family:
         raise BertTfError(f"Unknown --task {name!r}; valid tasks: {', '.join(e.name for e in valid)}.")
     return entry
@@ -119,8 +121,19 @@ def read_run_record(output_dir: str) -> dict[str, Any]:
     path = os.path.join(output_dir, RUN_FILE)
     if not os.path.isfile(path):
         raise BertTfError(f"No fine-tuned model in {output_dir} ({RUN_FILE} is missing); run --do_train first.")
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise _damaged(path, error) from None
+    if not isinstance(record, dict) or not isinstance(record.get("training", {}), dict):
+        raise _damaged(path, TypeError("not a JSON object with a 'training' object"))
+    return record
+
+
+def _damaged(path: str, error: Exception) -> BertTfError:
+    return BertTfError(f"{path} is damaged ({type(error).__name__}: {error}); rerun the training that wrote it, or "
+                       "remove it.")
 
 
 def task_from_run_dir(output_dir: str) -> tuple[Any, TaskConfig, RunConfig, dict[str, Any]]:

@@ -23,7 +23,6 @@ bert_tf.errors.BertTfError: /nonexistent is not a folder; give the --output_dir 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any
 
@@ -109,7 +108,7 @@ def _task(run_dir: str, settings: dict[str, Any]) -> tuple[Task, TaskConfig, Run
         task, task_config, run_config, record = registry.task_from_run_dir(run_dir)
     except BertTfError:
         raise
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError) as error:  # a record of the wrong shape
         raise BertTfError(f"{path} is damaged ({type(error).__name__}: {error}); rerun the training that wrote it.") \
             from None
     if not settings:

@@ -15,6 +15,7 @@ Data flows as:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -71,6 +72,18 @@ class Features:
     scalars: dict[str, np.ndarray]
     example_index: np.ndarray
     extras: list[Any] | None = None
+
+    def fingerprint(self) -> str:
+        """A digest of every row's ids and targets: equal for the same data, files,
+        vocabulary, casing and length, whatever the paths (a resumed run checks it)."""
+        digest = hashlib.sha256()
+        for name in sorted(self.sequences):
+            digest.update(name.encode())
+            for row in self.sequences[name]:
+                digest.update(np.asarray(row).tobytes() + b"|")
+        for name in sorted(self.scalars):
+            digest.update(name.encode() + np.asarray(self.scalars[name]).tobytes())
+        return digest.hexdigest()[:16]
 
     def __len__(self) -> int:
         return len(self.example_index)

@@ -47,8 +47,11 @@ def read_tsv(path: str | os.PathLike) -> list[Row]:
     if not os.path.isfile(path):
         raise DataError(f"Data file {path} does not exist.")
     # Line by line: quotes are ordinary characters, so a row never spans two lines.
-    reader = csv.reader((text for _, text in utf8_lines(path)), delimiter="\t", quotechar=None)
-    rows = [Row(number, cells) for number, cells in enumerate(reader, 1)]
+    rows = []
+    for number, text in utf8_lines(path):
+        if "\r" in text:  # csv would stop at it with its own error
+            raise DataError(f"{path} line {number} holds a carriage return inside the row; remove it.")
+        rows.extend(Row(number, cells) for cells in csv.reader([text], delimiter="\t", quotechar=None))
     rows = [row for row in rows if row.cells]  # a trailing blank line is not a row
     if not rows:
         return []

@@ -49,10 +49,27 @@ def test_training_resumes_only_the_run_it_holds(tmp_path, capsys):
     assert f"--output_dir {out} holds the checkpoint of a run with other settings (task was mrpc, now sst-2)" in message
     message = error_of(capsys, "classifier", [*flags_of("mrpc", data, out, "--do_train"), "--train_batch_size=8"])
     assert "(train_batch_size was 16, now 8)" in message and "give a new --output_dir" in message
-    # The same settings resume it (finished: nothing left to train); evaluation-only flags may change.
+    # Other training rows: another vocabulary gives other ids.
+    message = error_of(capsys, "classifier", flags_of("mrpc", data, out, "--do_train", vocab=CASED))
+    assert message == (f"error: --output_dir {out} holds the checkpoint of a run on other training rows (another "
+                       "train file, vocabulary or split) which this run would resume; give that run's data, or a new "
+                       "--output_dir.")
+    # The same settings resume it (finished: nothing left to train), the data named by another path (the run
+    # dir moved beside it, say); evaluation-only flags may change.
     keras.backend.clear_session()
-    assert main("classifier", [*flags_of("mrpc", data, out, "--do_train", "--do_eval"), "--eval_batch_size=4"]) == 0
+    moved = tmp_path / "moved"
+    data.rename(moved)
+    assert main("classifier", [*flags_of("mrpc", moved, out, "--do_train", "--do_eval"), "--eval_batch_size=4"]) == 0
     assert "Trained 0 steps (resumed at step 2, to step 2)" in capsys.readouterr().out
+
+
+def test_a_damaged_run_record_is_one_sentence(tmp_path, capsys):
+    write_rows(tmp_path / "train.tsv", slice_of("glue/MRPC/train.tsv", 0, 4))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "fine_tune.json").write_text("")
+    message = error_of(capsys, "classifier", flags_of("mrpc", tmp_path, tmp_path / "out", "--do_train"))
+    assert message.startswith(f"error: {tmp_path / 'out' / 'fine_tune.json'} is damaged (JSONDecodeError: ")
+    assert message.endswith("); rerun the training that wrote it, or remove it.")
 
 
 # === Evaluating a run dir ===
@@ -82,9 +99,12 @@ def test_an_evaluation_with_another_task_is_refused(tmp_path, capsys):
     sst = tmp_path / "sst"
     write_rows(sst / "dev.tsv", slice_of("glue/SST-2/dev.tsv", 0, 8))
     message = error_of(capsys, "classifier", [f"--task=sst-2", f"--data_dir={sst}", f"--output_dir={out}", "--do_eval"])
-    assert message == (f"error: --output_dir {out} holds a classifier fine-tuned for --task_name=mrpc, not sst-2; "
-                       "evaluate it with its own task, or give the --output_dir of a sst-2 run.")
+    assert message == (f"error: --output_dir {out} holds a model fine-tuned for --task_name=mrpc with "
+                       "run_classifier.py, not for sst-2; evaluate it as that, or give the --output_dir of a sst-2 run.")
     assert not (out / "eval_results.txt").exists()
+    # Nothing to take the task from: it is required.
+    message = error_of(capsys, "classifier", [f"--data_dir={sst}", f"--output_dir={tmp_path / 'typo'}", "--do_eval"])
+    assert message.startswith("error: --task_name is required; valid tasks: ax, chnsenticorp, cola")
 
 
 # === Flags and data that cannot work ===
@@ -112,7 +132,7 @@ def test_an_output_dir_that_is_a_file_is_one_sentence(tmp_path, capsys):
     assert message == f"error: --output_dir {tmp_path / 'out'} is a file; give a folder."
 
 
-def test_a_file_that_is_not_utf8_names_its_line(tmp_path, capsys):
+def test_a_line_that_is_not_utf8_or_holds_a_carriage_return_is_named(tmp_path, capsys):
     rows = slice_of("glue/MRPC/train.tsv", 0, 6)
     write_rows(tmp_path / "train.tsv", rows)
     lines = (tmp_path / "train.tsv").read_bytes().split(b"\n")
@@ -121,6 +141,12 @@ def test_a_file_that_is_not_utf8_names_its_line(tmp_path, capsys):
     message = error_of(capsys, "classifier", flags_of("mrpc", tmp_path, tmp_path / "out", "--do_train"))
     assert message == (f"error: {tmp_path / 'train.tsv'} line 5 is not UTF-8 text (invalid continuation byte at "
                        "byte 3 of the line); convert the file to UTF-8.")
+    write_rows(tmp_path / "train.tsv", rows)
+    lines = (tmp_path / "train.tsv").read_bytes().split(b"\n")
+    lines[3] = lines[3].replace(b" ", b"\r", 1)
+    (tmp_path / "train.tsv").write_bytes(b"\n".join(lines))
+    message = error_of(capsys, "classifier", flags_of("mrpc", tmp_path, tmp_path / "out", "--do_train"))
+    assert message == f"error: {tmp_path / 'train.tsv'} line 4 holds a carriage return inside the row; remove it."
     conll = tmp_path / "conll"
     conll.mkdir()
     (conll / "eng.train").write_bytes("-DOCSTART- -X- O O\n\nEU NNP I-NP I-ORG\nK\xf6ln NNP I-NP I-LOC\n"

@@ -3,10 +3,12 @@ worker's input pipeline at each checkpoint.
 
 One output dir holds one *phase* of pre-training: one input, whose records have one
 shape. `Phase` (`input_state/phase.json`) says at which step that input began (0, or
-the step carried from phase 1 by `--init_checkpoint_state=all`) and the shape of its
-records: a restart that reads records of another shape is a new phase, refused (it
-goes into a new output dir), and an input whose saved position is lost is skipped to
-where it was, counted from the phase's first step.
+the step carried from phase 1 by `--init_checkpoint_state=all`), the shape of its
+records and the settings that fix its steps: a restart that reads records of another
+shape is a new phase, refused (it goes into a new output dir), as is a restart with
+other settings (batch size, schedule, model config, input files, ...), and an input
+whose saved position is lost is skipped to where it was, counted from the phase's
+first step.
 
 Beside `ckpt-<step>`, every worker saves its `tf.data` iterator as
 `input_state/<fingerprint>/worker-<i>/input-<step>`, the fingerprint naming the input
@@ -18,9 +20,10 @@ Example:
 >>> output_dir = tempfile.mkdtemp()
 >>> Phase.load(output_dir) is None
 True
->>> Phase(first_step=900, max_seq_length=512, max_predictions_per_seq=80, last_step=1000).save(output_dir)
+>>> Phase(first_step=900, max_seq_length=512, max_predictions_per_seq=80, last_step=1000,
+...       settings={"seed": 1}).save(output_dir)
 >>> Phase.load(output_dir)
-Phase(first_step=900, max_seq_length=512, max_predictions_per_seq=80, last_step=1000)
+Phase(first_step=900, max_seq_length=512, max_predictions_per_seq=80, last_step=1000, settings={'seed': 1})
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Any
 
 import tensorflow as tf
 
@@ -47,12 +51,27 @@ class Phase:
         max_seq_length, max_predictions_per_seq: the shape of its records.
         last_step: the step it trains to (its `--num_train_steps`; None in a record
             written before this was kept).
+        settings: what else fixes its steps (hyper-parameters, model config, input
+            files), for `changes`; None in a record written before this was kept.
     """
 
     first_step: int
     max_seq_length: int
     max_predictions_per_seq: int
     last_step: int | None = None
+    settings: dict[str, Any] | None = None
+
+    @staticmethod
+    def changes(saved: dict[str, Any] | None, ours: dict[str, Any] | None) -> str:
+        """The settings that differ, in words ("" if none, or if either is unknown).
+
+        >>> Phase.changes({"seed": 1, "optimizer": "adamw"}, {"seed": 1, "optimizer": "lamb"})
+        'optimizer was adamw, now lamb'
+        """
+        if saved is None or ours is None:
+            return ""
+        return ", ".join(_change(name, saved[name], value) for name, value in ours.items()
+                         if name in saved and saved[name] != value)  # fmt: skip
 
     @staticmethod
     def path(output_dir: str) -> str:
@@ -79,6 +98,16 @@ class Phase:
     def records(self) -> tuple[int, int]:
         """The shape of its records: (max_seq_length, max_predictions_per_seq)."""
         return self.max_seq_length, self.max_predictions_per_seq
+
+
+def _change(name: str, old: Any, new: Any) -> str:
+    """One setting's change in words: a dict (the model config) by its keys that differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return "; ".join(_change(f"{name}.{key}", old.get(key), value) for key, value in new.items()
+                         if old.get(key) != value)  # fmt: skip
+    if isinstance(old, list):  # the input files: [name, size] pairs
+        return f"{name} differ in names or sizes"
+    return f"{name} was {old}, now {new}"
 
 
 class InputPositions:

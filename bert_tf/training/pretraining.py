@@ -43,9 +43,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
-import sys
 from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -78,6 +79,11 @@ CONFIG_NAME = "bert_config.json"
 # What --init_checkpoint_state=all carries besides the model (`RunCheckpoint.objects`).
 CARRIED_STATE = ("optimizer", "global_step", "examples", "dropout_seeds")
 EVAL_DIR = "eval"  # TensorBoard scalars of the evaluations
+# The flags a resumed run must repeat (with the model config and the input files): they
+# fix the schedule, the batches and the arithmetic of every step.
+RESUMED_SETTINGS = ("train_batch_size", "gradient_accumulation_steps", "learning_rate", "num_train_steps",
+                    "num_warmup_steps", "optimizer", "adam_bias_correction", "lr_decay", "mixed_precision", "seed",
+                    "dynamic_masking")  # fmt: skip
 
 
 class PretrainingRun:
@@ -100,27 +106,41 @@ class PretrainingRun:
         special_ids = inputs.special_token_ids(options.vocab_file) if options.vocab_file else ()
         if options.dynamic_masking:
             inputs.check_special_ids(special_ids, config.vocab_size)
+        workers, replicas = num_workers(self.strategy), self.strategy.num_replicas_in_sync
+        self.plan = inputs.BatchPlan(options.train_batch_size, workers, replicas, options.gradient_accumulation_steps)
+        self.eval_plan = inputs.BatchPlan(options.eval_batch_size, workers, replicas)
+        if options.do_eval:  # before training: a run of days must not end in this error
+            self._eval_steps(self.eval_files, options.max_eval_steps)
         self.output = OutputDir(options.output_dir, self.strategy)
         if not self.output.chief:  # one voice per cluster: the chief's
             self.log = lambda message: None
+        if options.do_train and options.num_warmup_steps >= options.num_train_steps:
+            self.log(f"Warning: --num_warmup_steps={options.num_warmup_steps} is not below --num_train_steps="
+                     f"{options.num_train_steps}: the learning rate never reaches --learning_rate.")
         self.data = inputs.DataSpec(
             tuple(self.files), options.max_seq_length, options.max_predictions_per_seq, config.vocab_size,
             options.dynamic_masking, options.seed, special_ids,
         )  # fmt: skip
-        workers, replicas = num_workers(self.strategy), self.strategy.num_replicas_in_sync
-        self.plan = inputs.BatchPlan(options.train_batch_size, workers, replicas, options.gradient_accumulation_steps)
-        self.eval_plan = inputs.BatchPlan(options.eval_batch_size, workers, replicas)
         self.tpu = isinstance(self.strategy, tf.distribute.TPUStrategy)
         self.positions = InputPositions(
             self.output, self.data.fingerprint(self.plan), options.keep_checkpoint_max * options.save_checkpoints_steps
         )
         # The phase this run trains: it begins at step 0 unless `restore` says otherwise.
-        self.phase = Phase(0, options.max_seq_length, options.max_predictions_per_seq, options.num_train_steps)
+        self.phase = Phase(0, options.max_seq_length, options.max_predictions_per_seq, options.num_train_steps,
+                           self._settings())
         self._input = None  # (iterator, its checkpoint), made by the first `train` call
         self._loop: HostLoop | None = None
         if self.tpu and options.num_tpu_cores and options.num_tpu_cores != replicas:
             log(f"Warning: --num_tpu_cores={options.num_tpu_cores}, but the TPU has {replicas} cores; using all of them.")
         self._build(config)
+
+    def _settings(self) -> dict[str, Any]:
+        """What fixes the steps this run computes (`Phase.settings`): its hyper-parameters,
+        the model config and the input files by name and size (a moved corpus is the same)."""
+        options = self.options
+        files = sorted((os.path.basename(path), tf.io.gfile.stat(path).length) for path in self.files)
+        settings = {name: getattr(options, name) for name in RESUMED_SETTINGS}
+        return json.loads(json.dumps({**settings, "bert_config": options.bert_config.to_dict(), "input_files": files}))
 
     def _build(self, config: BertConfig) -> None:
         options = self.options
@@ -160,6 +180,9 @@ class PretrainingRun:
             self._check_saved_config()
             self._resume_phase()
             self.checkpoint.restore(self.log, lambda: int(self.global_step.numpy()))
+            if options.init_checkpoint:
+                self.log(f"Warning: --init_checkpoint {options.init_checkpoint} is not read: this run goes on from "
+                         "its own checkpoint in --output_dir.")
         elif options.init_checkpoint and options.init_checkpoint_state == "all":
             self._carry(options.init_checkpoint)
         elif options.init_checkpoint:
@@ -180,7 +203,8 @@ class PretrainingRun:
             )
 
     def _resume_phase(self) -> None:
-        """The phase `output_dir` holds; training on records of another shape is refused."""
+        """The phase `output_dir` holds; training on records of another shape, or with other
+        settings (`Phase.settings`), is refused."""
         saved = Phase.load(self.output.path)
         if saved is None:  # written before phases were recorded: one phase from step 0
             return
@@ -191,6 +215,14 @@ class PretrainingRun:
                 f"reads {self.phase.max_seq_length} and {self.phase.max_predictions_per_seq}; train the next phase "
                 f"into a new --output_dir with --init_checkpoint={self.output.path} (and "
                 "--init_checkpoint_state=all to carry the step count, optimiser state and schedule)."
+            )
+        # After the records' shape: a phase 2 run into phase 1's dir gets the command it needs.
+        changes = Phase.changes(saved.settings, self.phase.settings)
+        if self.options.do_train and changes:
+            raise BertTfError(
+                f"--output_dir {self.output.path} holds the checkpoint of a run with other settings ({changes}), "
+                "which this run would resume; repeat that run's settings to resume it, or train into a new "
+                f"--output_dir (with --init_checkpoint={self.output.path} to start from its weights)."
             )
         self.phase = dataclasses.replace(self.phase, first_step=saved.first_step)
 
@@ -318,11 +350,7 @@ class PretrainingRun:
         `max_steps` batches); with `report`, also `eval_results.txt`, TensorBoard and a log line."""
         options = self.options
         files = files or self.eval_files
-        limit = max_steps or options.max_eval_steps
-        steps = min(limit, inputs.count_full_batches(files, options.eval_batch_size, limit))
-        if not steps:
-            flag = "--eval_input_file" if options.eval_input_file else "--input_file"
-            raise BertTfError(f"{flag} holds fewer than --eval_batch_size={options.eval_batch_size} records to evaluate on.")
+        steps = self._eval_steps(files, max_steps or options.max_eval_steps)
         dataset = inputs.evaluation_dataset(dataclasses.replace(self.data, files=tuple(files)), self.eval_plan,
                                             self.output.worker)  # fmt: skip
         if self.tpu:
@@ -331,6 +359,15 @@ class PretrainingRun:
         if report:
             self._report(results)
         return results
+
+    def _eval_steps(self, files: list[str], limit: int) -> int:
+        """The batches an evaluation of `files` reads: full ones, at most `limit`."""
+        options = self.options
+        steps = min(limit, inputs.count_full_batches(files, options.eval_batch_size, limit))
+        if not steps:
+            flag = "--eval_input_file" if options.eval_input_file else "--input_file"
+            raise BertTfError(f"{flag} holds fewer than --eval_batch_size={options.eval_batch_size} records to evaluate on.")
+        return steps
 
     def _report(self, results: dict[str, float]) -> None:
         if self.output.chief:
@@ -349,6 +386,10 @@ def run(options: PretrainingOptions, strategy: tf.distribute.Strategy | None = N
 
     User mistakes raise `BertTfError` with one sentence; nothing saved is ever removed.
     """
+    if options.do_eval and not options.do_train and not options.init_checkpoint:
+        if not tf.io.gfile.exists(options.output_dir) or not tf.train.latest_checkpoint(options.output_dir):
+            raise BertTfError(f"--output_dir {options.output_dir} holds no checkpoint to evaluate; give the "
+                              "--output_dir of a run_pretraining.py run, or --init_checkpoint.")
     session = PretrainingRun(options, strategy, log)
     try:
         session.restore()
@@ -359,7 +400,5 @@ def run(options: PretrainingOptions, strategy: tf.distribute.Strategy | None = N
         session.write_config()
         session.train()
     if options.do_eval:
-        if not options.do_train and not tf.train.latest_checkpoint(options.output_dir) and not options.init_checkpoint:
-            print("Warning: evaluating a freshly initialised model (no checkpoint in --output_dir).", file=sys.stderr)
         return session.evaluate()
     return None

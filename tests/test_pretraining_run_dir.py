@@ -1,0 +1,73 @@
+"""A pre-training --output_dir belongs to one run: a restart goes on only with the settings
+that trained its checkpoint, and a run that cannot work says so before it makes or trains
+anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+
+import pytest
+
+from bert_tf.training import cli as run_pretraining
+from tests.pretraining_helpers import fails_with, run_flags, write_config, write_records
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("pretraining_run_dir")
+    return {
+        "root": str(root),
+        "data": write_records(root / "train.tfrecord", 96),
+        "other": write_records(root / "other.tfrecord", 64, seed=3),
+        "config": write_config(root / "bert_config.json"),
+    }
+
+
+def test_a_restart_with_other_settings_is_refused(files, tmp_path, capsys):
+    out = tmp_path / "run"
+    # A warm-up as long as the run: the peak is never reached, which the log says.
+    assert run_pretraining.main(run_flags(files["data"], str(out), files["config"], num_warmup_steps=6)) == 0
+    assert ("Warning: --num_warmup_steps=6 is not below --num_train_steps=6: the learning rate never reaches "
+            "--learning_rate.") in capsys.readouterr().out
+    saved_config = (out / "bert_config.json").read_text()
+    relu = pathlib.Path(files["root"]) / "relu.json"
+    relu.write_text(json.dumps({**json.loads(saved_config), "hidden_act": "relu"}))
+    for overrides, change in [
+        ({"train_batch_size": 16}, "train_batch_size was 8, now 16"),
+        ({"learning_rate": 1e-2}, "learning_rate was 0.001, now 0.01"),
+        ({"num_train_steps": 12}, "num_train_steps was 6, now 12"),
+        ({"optimizer": "lamb", "random_seed": 7}, "optimizer was adamw, now lamb, seed was 12345, now 7"),
+        ({"bert_config_file": str(relu)}, "bert_config.hidden_act was gelu, now relu"),
+        ({"input_file": files["other"]}, "input_files differ in names or sizes"),
+    ]:
+        flags = run_flags(files["data"], str(out), files["config"], num_warmup_steps=6)
+        flags += [f"--{name}={value}" for name, value in overrides.items()]
+        fails_with(capsys, flags, f"--output_dir {out} holds the checkpoint of a run with other settings ({change}), "
+                                  "which this run would resume; repeat that run's settings")
+    assert (out / "bert_config.json").read_text() == saved_config  # not rewritten by a refused run
+    # The same corpus elsewhere (moved, or copied to a faster disk) is the same input.
+    moved = tmp_path / "moved" / "train.tfrecord"
+    moved.parent.mkdir()
+    shutil.copyfile(files["data"], moved)
+    assert run_pretraining.main(run_flags(str(moved), str(out), files["config"], num_warmup_steps=6)) == 0
+    assert "Training already reached step 6 of 6." in capsys.readouterr().out
+
+
+def test_an_evaluation_without_a_checkpoint_is_refused(files, tmp_path, capsys):
+    out = tmp_path / "typo"
+    fails_with(capsys, run_flags(files["data"], str(out), files["config"], do_train=False, do_eval=True),
+               f"error: --output_dir {out} holds no checkpoint to evaluate; give the --output_dir of a "
+               "run_pretraining.py run, or --init_checkpoint.")
+    assert not out.exists()
+
+
+def test_flags_that_cannot_work_are_refused_before_training_and_leave_nothing(files, tmp_path, capsys):
+    out = tmp_path / "out"
+    fails_with(capsys, run_flags(files["data"], str(out), files["config"], do_eval=True, eval_batch_size=1000),
+               "error: --input_file holds fewer than --eval_batch_size=1000 records to evaluate on.")
+    fails_with(capsys, run_flags(files["data"], str(out), files["config"], gradient_accumulation_steps=3),
+               "batch size 8 must be a multiple of 3")
+    assert not os.path.exists(out)
