@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from bert_tf.checkpoints.base import first_line
 from bert_tf.data.schema import (
     GOOGLE_CLS_ID,
     GOOGLE_MASK_ID,
@@ -93,7 +94,7 @@ def detect_format(path: str) -> FileFormat:
     try:
         first = next(iter(tf.data.TFRecordDataset(path, compression_type=compression).take(1)), None)
     except tf.errors.OpError as error:
-        raise BertTfError(f"{path} is not a TFRecord file ({error.message.splitlines()[0]}).") from None
+        raise BertTfError(f"{path} is not a TFRecord file ({first_line(error)}).") from None
     if first is None:
         raise BertTfError(f"{path} holds no record (create_pretraining_data.py leaves a shard empty when the corpus "
                           "has too few documents for its number of shards); leave it out of the input files, or make "

@@ -323,7 +323,8 @@ class PretrainingRun:
             stats = self.trainer.train(iterator, step, steps)
         except tf.errors.DataLossError as error:  # a damaged record, met when the pipeline reaches it
             raise BertTfError(
-                f"Reading the training data failed during {steps_named} ({first_line(error)}); "
+                f"Reading the training data (--input_file {self.options.input_file}) failed during {steps_named}: "
+                f"a record is damaged ({first_line(error)}); "
                 f"{self.checkpoint.kept()}."
             ) from None
         except tf.errors.InvalidArgumentError as error:  # e.g. a token id beyond the vocabulary
