@@ -54,6 +54,9 @@ def test_a_restart_with_other_settings_is_refused(files, tmp_path, capsys):
     shutil.copyfile(files["data"], moved)
     assert run_pretraining.main(run_flags(str(moved), str(out), files["config"], num_warmup_steps=6)) == 0
     assert "Training already reached step 6 of 6." in capsys.readouterr().out
+    # Evaluating it says so (it said "Resuming from").
+    assert run_pretraining.main(run_flags(files["data"], str(out), files["config"], do_train=False, do_eval=True)) == 0
+    assert f"Evaluating {out / 'ckpt-6'} at step 6." in capsys.readouterr().out
 
 
 def test_an_evaluation_without_a_checkpoint_is_refused(files, tmp_path, capsys):

@@ -179,7 +179,8 @@ class PretrainingRun:
         if self.checkpoint.latest:
             self._check_saved_config()
             self._resume_phase()
-            self.checkpoint.restore(self.log, lambda: int(self.global_step.numpy()))
+            purpose = "Resuming from" if options.do_train else "Evaluating"
+            self.checkpoint.restore(self.log, lambda: int(self.global_step.numpy()), purpose)
             if options.init_checkpoint:
                 self.log(f"Warning: --init_checkpoint {options.init_checkpoint} is not read: this run goes on from "
                          "its own checkpoint in --output_dir.")

@@ -155,9 +155,11 @@ class RunCheckpoint:
     def latest(self) -> str | None:
         return tf.train.latest_checkpoint(self.resume_from)
 
-    def restore(self, log: Callable[[str], None], step: Callable[[], int]) -> str | None:
-        """Restores the latest checkpoint, if any, logs it with the `step()` it restored,
-        and returns its path."""
+    def restore(
+        self, log: Callable[[str], None], step: Callable[[], int], purpose: str = "Resuming from"
+    ) -> str | None:
+        """Restores the latest checkpoint, if any, logs it with the `step()` it restored
+        ("`purpose` ckpt-N at step N."), and returns its path."""
         latest = self.latest
         if latest is None:
             return None
@@ -169,7 +171,7 @@ class RunCheckpoint:
                 f"The checkpoint {latest} in --output_dir does not fit this run ({first_line(error)}); "
                 "use the config it was trained with or another --output_dir."
             ) from None
-        log(f"Resuming from {latest} at step {step()}.")
+        log(f"{purpose} {latest} at step {step()}.")
         return latest
 
     def read(self, prefix: str, *names: str) -> None:
