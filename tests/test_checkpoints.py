@@ -633,6 +633,19 @@ def test_an_output_with_a_trailing_slash_names_the_folder(tiny_pretrainer, tmp_p
     assert os.listdir(tmp_path) == ["out"] and checkpoints.detect_format(tmp_path / "out") == "hf"
 
 
+def test_a_fine_tuning_run_is_named_as_one(tmp_path, capsys):
+    run = tmp_path / "mrpc"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "fine_tune.json").write_text("{}")
+    for given in (run, run / "checkpoints", run / "checkpoints" / "ckpt-3"):
+        assert convert.main(["--input", str(given), "--output", str(tmp_path / "out"), "--output_format", "hf"]) == 1
+        assert capsys.readouterr().err == (
+            f"error: Checkpoint {given} belongs to a fine-tuning run ({run}), not a pre-trained checkpoint; load its "
+            f"fine-tuned model with bert_tf.load_task_model('{run}'), or export it with bert-export --model_dir "
+            f"{run}.\n"
+        )
+
+
 def test_convert_checks_the_vocabulary_against_the_model(saved, tmp_path, capsys):
     big = tmp_path / "big_vocab.txt"
     big.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(200)]))

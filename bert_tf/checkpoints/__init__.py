@@ -72,6 +72,12 @@ def detect_format(path: str | os.PathLike, named: str | None = None) -> str:
     (`named`: how messages name it, e.g. "--init_checkpoint PATH")."""
     path = hf.directory_of(os.fspath(path))
     named = named or f"Checkpoint {path}"
+    run = _fine_tuning_run(path)
+    if run is not None:  # its checkpoints/ hold a task model, which would read as a damaged TF1 one
+        raise BertTfError(
+            f"{named} belongs to a fine-tuning run ({run}), not a pre-trained checkpoint; load its fine-tuned "
+            f"model with bert_tf.load_task_model({run!r}), or export it with bert-export --model_dir {run}."
+        )
     if keras_format.model_file(path):
         return "keras"
     if os.path.isdir(path) and hf.weights_file(path):
@@ -87,6 +93,18 @@ def detect_format(path: str | os.PathLike, named: str | None = None) -> str:
         f"a HuggingFace directory with {hf.CONFIG_NAME} and {hf.SAFETENSORS_NAME} or {hf.TORCH_NAME}, "
         "a .keras file, or a run_pretraining.py output directory."
     )
+
+
+# What a fine-tuning run dir holds (`fine_tune.registry.RUN_FILE`; bert_tf does not import fine_tune).
+_FINE_TUNING_RECORD = "fine_tune.json"
+
+
+def _fine_tuning_run(path: str) -> str | None:
+    """The fine-tuning run dir that `path` is, or holds it (its `checkpoints/`, or a
+    `checkpoints/ckpt-N` prefix), if any."""
+    candidates = [path, os.path.dirname(os.path.normpath(path))]
+    candidates.append(os.path.dirname(candidates[1]))
+    return next((c for c in candidates if c and os.path.isfile(os.path.join(c, _FINE_TUNING_RECORD))), None)
 
 
 def _override(config: BertConfig, overrides: dict[str, Any]) -> BertConfig:
