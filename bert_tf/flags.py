@@ -224,6 +224,29 @@ def require(values: flags.FlagValues, *names: str) -> None:
             raise BertTfError(f"--{name} is required.")
 
 
+def setting_changes(saved: Mapping[str, Any], ours: Mapping[str, Any]) -> str:
+    """The settings of `ours` that `saved` holds with another value, in words ("" if none),
+    for a run that must go on with the settings it was started with. A setting `saved`
+    lacks (recorded before it was kept) is not compared; a dict (a model config) is told
+    by its keys that differ, a list (files with their sizes) only as differing.
+
+    >>> setting_changes({"seed": 1, "config": {"act": "gelu"}, "files": [["a", 1]]},
+    ...                 {"seed": 2, "config": {"act": "relu"}, "files": [["a", 2]], "new": 0})
+    'seed was 1, now 2, config.act was gelu, now relu, files differ in names or sizes'
+    """
+    return ", ".join(_change(name, saved[name], value) for name, value in ours.items()
+                     if name in saved and saved[name] != value)  # fmt: skip
+
+
+def _change(name: str, old: Any, new: Any) -> str:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return "; ".join(_change(f"{name}.{key}", old.get(key), value) for key, value in new.items()
+                         if old.get(key) != value)  # fmt: skip
+    if isinstance(old, list):
+        return f"{name} differ in names or sizes"
+    return f"{name} was {old}, now {new}"
+
+
 def path_within(path: str, folder: str) -> bool:
     """Whether the path `path` is `folder` or lies inside it (links resolved): an output
     flag that would replace an input (or a folder holding it) is refused with this."""

@@ -40,7 +40,7 @@ from bert_tf import checkpoints
 from bert_tf.config import BertConfig
 from bert_tf.encoder import BertEncoder
 from bert_tf.errors import BertTfError
-from bert_tf.flags import SHARED, Flag, flag_values, parse, path_within, run_main, set_default
+from bert_tf.flags import SHARED, Flag, flag_values, parse, path_within, run_main, set_default, setting_changes
 from bert_tf.tokenization import FullTokenizer
 from bert_tf.training.distribution import create_strategy, is_chief
 from bert_tf.training.runloop import dtype_policy, write_atomically, write_results, write_scalars
@@ -301,7 +301,7 @@ def _check_against_record(task_config: TaskConfig, args: RunConfig) -> dict[str,
     if args.do_train:
         if not tf.train.latest_checkpoint(os.path.join(args.output_dir, CHECKPOINTS_DIR)):
             return None
-        changes = _changes(record, here, task_config, RunConfig.training_fields, task_config.evaluation_fields)
+        changes = _changes(record, here, task_config, RunConfig.training_fields)
         if changes:
             raise BertTfError(
                 f"--output_dir {args.output_dir} holds the checkpoint of a run with other settings ({changes}), "
@@ -321,7 +321,7 @@ def _check_against_record(task_config: TaskConfig, args: RunConfig) -> dict[str,
             f"casing (--{'' if lower_cased else 'no'}do_lower_case)."
         )
     if record["task"] == here["task"]:
-        changes = _changes(record, here, task_config, RunConfig.recorded_fields, task_config.evaluation_fields)
+        changes = _changes(record, here, task_config, RunConfig.recorded_fields)
         if changes:
             print(f"Warning: evaluating with other settings than the run in {args.output_dir} was trained with "
                   f"({changes}).", file=sys.stderr, flush=True)
@@ -335,24 +335,20 @@ def _evaluates(task_config: TaskConfig) -> tuple[str, ...]:
     return registry.lookup(task_config.task, task_config.family).evaluates
 
 
-def _changes(
-    record: dict[str, Any], here: dict[str, Any], task_config: TaskConfig, run_fields: Sequence[str],
-    evaluation_fields: Sequence[str],
-) -> str:  # fmt: skip
+def _changes(record: dict[str, Any], here: dict[str, Any], task_config: TaskConfig, run_fields: Sequence[str]) -> str:
     """The settings that differ between a run's record and this run's, in words ("" if
-    none): the task, its config's fields but for where the data is and `evaluation_fields`,
-    and `run_fields` of the run config. A setting the record lacks (an older run) is not
-    compared."""
+    none): the task, its config's fields but for where the data is and its
+    `evaluation_fields`, and `run_fields` of the run config (`setting_changes`: one a
+    record lacks, of an older run, is not compared)."""
     if record["family"] != here["family"]:
         return f"task was {record['task']} of {COMMANDS[record['family']]}, now {here['task']}"
     if record["task"] != here["task"]:
         return f"task was {record['task']}, now {here['task']}"
-    skipped = {"task", *task_config.data_fields, *evaluation_fields}
-    pairs = [(name, record["task_config"].get(name, value), value) for name, value in here["task_config"].items()
-             if name not in skipped]  # fmt: skip
-    pairs += [(name, record["training"].get(name, here["training"][name]), here["training"][name])
-              for name in run_fields]  # fmt: skip
-    return ", ".join(f"{name} was {old}, now {new}" for name, old, new in pairs if old != new)
+    skipped = {"task", *task_config.data_fields, *task_config.evaluation_fields}
+    ours = {name: value for name, value in here["task_config"].items() if name not in skipped}
+    ours.update((name, here["training"][name]) for name in run_fields)
+    # Task and run config fields have distinct names.
+    return setting_changes({**record["task_config"], **record["training"]}, ours)
 
 
 def _check_resumed(state: Run, features: Features) -> None:

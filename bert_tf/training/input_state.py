@@ -52,7 +52,8 @@ class Phase:
         last_step: the step it trains to (its `--num_train_steps`; None in a record
             written before this was kept).
         settings: what else fixes its steps (hyper-parameters, model config, input
-            files), for `changes`; None in a record written before this was kept.
+            files), which a restart must repeat; None in a record written before this
+            was kept.
     """
 
     first_step: int
@@ -60,18 +61,6 @@ class Phase:
     max_predictions_per_seq: int
     last_step: int | None = None
     settings: dict[str, Any] | None = None
-
-    @staticmethod
-    def changes(saved: dict[str, Any] | None, ours: dict[str, Any] | None) -> str:
-        """The settings that differ, in words ("" if none, or if either is unknown).
-
-        >>> Phase.changes({"seed": 1, "optimizer": "adamw"}, {"seed": 1, "optimizer": "lamb"})
-        'optimizer was adamw, now lamb'
-        """
-        if saved is None or ours is None:
-            return ""
-        return ", ".join(_change(name, saved[name], value) for name, value in ours.items()
-                         if name in saved and saved[name] != value)  # fmt: skip
 
     @staticmethod
     def path(output_dir: str) -> str:
@@ -98,16 +87,6 @@ class Phase:
     def records(self) -> tuple[int, int]:
         """The shape of its records: (max_seq_length, max_predictions_per_seq)."""
         return self.max_seq_length, self.max_predictions_per_seq
-
-
-def _change(name: str, old: Any, new: Any) -> str:
-    """One setting's change in words: a dict (the model config) by its keys that differ."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        return "; ".join(_change(f"{name}.{key}", old.get(key), value) for key, value in new.items()
-                         if old.get(key) != value)  # fmt: skip
-    if isinstance(old, list):  # the input files: [name, size] pairs
-        return f"{name} differ in names or sizes"
-    return f"{name} was {old}, now {new}"
 
 
 class InputPositions:

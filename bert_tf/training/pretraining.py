@@ -58,6 +58,7 @@ from bert_tf.checkpoints.base import first_line
 from bert_tf.config import BertConfig
 from bert_tf.encoder import BertEncoder
 from bert_tf.errors import BertTfError
+from bert_tf.flags import setting_changes
 from bert_tf.optimization import create_optimizer
 from bert_tf.pretrainer import BertPretrainer
 from bert_tf.training import inputs
@@ -109,8 +110,8 @@ class PretrainingRun:
         workers, replicas = num_workers(self.strategy), self.strategy.num_replicas_in_sync
         self.plan = inputs.BatchPlan(options.train_batch_size, workers, replicas, options.gradient_accumulation_steps)
         self.eval_plan = inputs.BatchPlan(options.eval_batch_size, workers, replicas)
-        if options.do_eval:  # before training: a run of days must not end in this error
-            self._eval_steps(self.eval_files, options.max_eval_steps)
+        # Counted before training (a run of days must not end in its error), and kept.
+        self.eval_steps = self._eval_steps(self.eval_files, options.max_eval_steps) if options.do_eval else None
         self.output = OutputDir(options.output_dir, self.strategy)
         if not self.output.chief:  # one voice per cluster: the chief's
             self.log = lambda message: None
@@ -218,7 +219,7 @@ class PretrainingRun:
                 "--init_checkpoint_state=all to carry the step count, optimiser state and schedule)."
             )
         # After the records' shape: a phase 2 run into phase 1's dir gets the command it needs.
-        changes = Phase.changes(saved.settings, self.phase.settings)
+        changes = setting_changes(saved.settings or {}, self.phase.settings)
         if self.options.do_train and changes:
             raise BertTfError(
                 f"--output_dir {self.output.path} holds the checkpoint of a run with other settings ({changes}), "
@@ -351,8 +352,11 @@ class PretrainingRun:
         """The original's evaluation metrics on the eval files (or `files`, at most
         `max_steps` batches); with `report`, also `eval_results.txt`, TensorBoard and a log line."""
         options = self.options
+        if files is None and max_steps is None and self.eval_steps is not None:
+            steps = self.eval_steps
+        else:
+            steps = self._eval_steps(files or self.eval_files, max_steps or options.max_eval_steps)
         files = files or self.eval_files
-        steps = self._eval_steps(files, max_steps or options.max_eval_steps)
         dataset = inputs.evaluation_dataset(dataclasses.replace(self.data, files=tuple(files)), self.eval_plan,
                                             self.output.worker)  # fmt: skip
         if self.tpu:
