@@ -148,6 +148,9 @@ CHINESE = Language(
 LANGUAGES = {language.name: language for language in (ENGLISH, CHINESE)}
 
 
+FINETUNE_DROPOUT = 0.1  # the original's
+
+
 def tiny_config(vocab_size: int, dropout: float) -> dict:
     """BERT-tiny (Turc et al. 2019: 2 layers, hidden 128, 2 heads), exact-erf GELU."""
     return {
@@ -471,7 +474,8 @@ def finetune_stage(task: Task, init: str, seed: int, args) -> str:
     """A fine-tuning run's stage name, with its settings: runs with other settings in the same
     work dir (a learning-rate probe after a finished experiment) are new stages, not the old ones."""
     epochs, learning_rate = finetune_settings(task, args)
-    return f"finetune-{init}-{task.name}-ep{epochs:g}-b{args.finetune_batch_size}-lr{learning_rate:g}-{seed}"
+    dropout = "" if args.finetune_dropout == FINETUNE_DROPOUT else f"-do{args.finetune_dropout:g}"
+    return f"finetune-{init}-{task.name}-ep{epochs:g}-b{args.finetune_batch_size}-lr{learning_rate:g}{dropout}-{seed}"
 
 
 def fine_tune_all(work: Work, tasks: tuple[Task, ...], inits: tuple[str, ...], args) -> dict:
@@ -559,6 +563,8 @@ def main() -> None:
     parser.add_argument("--finetune_batch_size", type=int, default=32)
     parser.add_argument("--finetune_learning_rate", type=float, default=2e-4, help="A task's own rate wins.")
     parser.add_argument("--finetune_epochs", type=float, default=3.0, help="A task's own epochs win.")
+    parser.add_argument("--finetune_dropout", type=float, default=FINETUNE_DROPOUT,
+                        help="Fine-tuning's dropout (pre-training runs without).")
     parser.add_argument("--tasks", default=None, help="Comma-separated subset of the language's tasks.")
     parser.add_argument("--models", default=None, help="Comma-separated subset of the pre-trained models (en: ours,hf).")
     args = parser.parse_args()
@@ -574,9 +580,10 @@ def main() -> None:
     work.path("vocab.txt").write_text(vocab, encoding="utf-8")
     # Pre-training without dropout: a few thousand steps are far too few to overfit, and
     # dropout slows the way off the first plateau (bench/pretrain_learning.py); the
-    # fine-tuning config has the original's 0.1.
+    # fine-tuning config has the original's 0.1 unless --finetune_dropout says otherwise.
     work.path("pretrain_config.json").write_text(json.dumps(tiny_config(len(vocab.splitlines()), 0.0), indent=2))
-    work.path("finetune_config.json").write_text(json.dumps(tiny_config(len(vocab.splitlines()), 0.1), indent=2))
+    finetune_config = tiny_config(len(vocab.splitlines()), args.finetune_dropout)
+    work.path("finetune_config.json").write_text(json.dumps(finetune_config, indent=2))
 
     stages = {"corpus": work.stage("corpus", lambda: prepare_corpus(work, language))}
     stages.update(all_records(work, language, args))

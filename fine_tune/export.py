@@ -85,7 +85,7 @@ class ClassifierExport(tf.Module):
 
     def answer(self, texts: list[tf.Tensor]) -> dict[str, tf.Tensor]:
         segments = [self.preprocessor.tokenize(tf.reshape(text, [-1])) for text in texts]
-        outputs = self.model(self.preprocessor.pack(segments), training=False)
+        outputs = self.preprocessor.call_by_length(self.model, self.preprocessor.pack(segments))
         # Whether a row lost tokens to `max_seq_length` ([CLS] and one [SEP] per segment besides).
         tokens = tf.add_n([segment.merge_dims(1, 2).row_lengths() for segment in segments])
         truncated = tokens + len(segments) + 1 > self.preprocessor.seq_length
@@ -190,7 +190,7 @@ class TaggerExport(tf.Module):
         piece_index = tf.ragged.range(window_start - take_left, window_end + take_right)
         windows = piece_index.with_flat_values(tf.gather(words.flat_values, piece_index.flat_values))
         position = 1 + tf.gather(take_left, window_of_word) + piece_start - tf.gather(window_start, window_of_word)
-        logits = self.model(self.preprocessor.pack([windows]), training=False)
+        logits = self.preprocessor.call_by_length(self.model, self.preprocessor.pack([windows]))
         word_logits = tf.gather_nd(logits, tf.stack([window_of_word, position], axis=1))
         tags = self.label_names.lookup(tf.argmax(word_logits, axis=-1))
         batch = tf.shape(text, out_type=tf.int64)[0]

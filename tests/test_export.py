@@ -15,6 +15,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from bert_tf.errors import BertTfError
 from bert_tf.tokenization import FullTokenizer
@@ -118,6 +119,13 @@ def test_the_export_answers_as_the_keras_model_in_a_fresh_python(mrpc, tmp_path)
     assert sorted((export_dir / "assets").iterdir()) == sorted(
         export_dir / "assets" / name for name in ("bert_export.json", "labels.txt", "vocab.txt"))
     assert (export_dir / "assets" / "labels.txt").read_text().split() == list(labels)
+
+
+def test_an_empty_batch_gets_empty_answers(mrpc):
+    # It failed in the model ("slice index 0 of dimension 1 out of bounds": no [CLS] column).
+    served = tf.saved_model.load(str(mrpc[1])).signatures["serving_default"]
+    answers = served(text_a=tf.constant([], tf.string), text_b=tf.constant([], tf.string))
+    assert answers["probabilities"].shape == (0, 2) and answers["label"].shape == (0,)
 
 
 def test_saved_model_cli_lists_string_inputs(mrpc):

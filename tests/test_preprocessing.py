@@ -127,6 +127,60 @@ def test_in_tf_data_in_a_keras_model_and_in_a_saved_model(tmp_path):
             np.testing.assert_array_equal(outputs[name].numpy(), expected, err_msg=name)
 
 
+# === Running a model on rows of similar length ===
+class _RecordingModel:
+    """A functional model that records the shape of every batch it is called on."""
+
+    def __init__(self, model: keras.Model):
+        self.model, self.output, self.shapes = model, model.output, []
+
+    def __call__(self, inputs, training=False):
+        self.shapes.append(tuple(inputs["input_word_ids"].shape))
+        return self.model(inputs, training=training)
+
+
+@pytest.mark.parametrize("head", ["classification", "tagging", "span"])
+def test_call_by_length_gives_the_whole_batchs_answers(head):
+    from bert_tf.config import BertConfig
+    from bert_tf.encoder import BertEncoder
+    from fine_tune.heads import ClassificationHead, TokenClassificationHead
+    from fine_tune.squad.head import SpanHead
+
+    keras.utils.set_random_seed(3)
+    builder = {"classification": ClassificationHead(), "tagging": TokenClassificationHead(), "span": SpanHead(None)}[head]
+    model = builder.build(BertEncoder(BertConfig.from_preset("tiny", vocab_size=30522)), 3, 0.0)
+    layer = BertPreprocessor(str(shared_file(parity.VOCABS["uncased"][0])), seq_length=64, padding="longest")
+    # 19 rows (two full calls of 8 and one of 3), lengths out of order, one near the limit.
+    texts = [" ".join(["word"] * (n * 7 % 40)) + " end" for n in range(19)]
+    inputs = layer(tf.constant(texts))
+    expected = tf.nest.map_structure(lambda t: t.numpy(), model(inputs, training=False))
+    recording = _RecordingModel(model)
+    eager = layer.call_by_length(recording, inputs)
+
+    def in_graph(x):
+        outputs = layer.call_by_length(model, x)
+        for output, spec in zip(tf.nest.flatten(outputs), tf.nest.flatten(model.output)):
+            assert output.shape.as_list() == [None, *spec.shape[1:]]  # what later graph ops need to know
+        return outputs
+
+    graph = tf.function(in_graph, autograph=False)(inputs)
+    real = inputs["input_mask"].numpy().astype(bool)
+    for outputs in (eager, graph):
+        for got, want in zip(tf.nest.flatten(outputs), tf.nest.flatten(expected)):
+            assert got.shape == want.shape
+            if want.ndim >= 2 and want.shape[1] == real.shape[1]:  # per position: the real tokens'
+                np.testing.assert_allclose(got.numpy()[real], want[real], atol=1e-5)
+            else:
+                np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
+    # Shortest rows first, each call cut to its own longest row (a multiple of 8).
+    lengths = [shape[1] for shape in recording.shapes]
+    assert [shape[0] for shape in recording.shapes] == [8, 8, 3]
+    assert lengths == sorted(lengths) and lengths[0] < inputs["input_word_ids"].shape[1] == lengths[-1]
+    assert all(length % 8 == 0 for length in lengths)
+    empty = tf.function(in_graph, autograph=False)({name: value[:0] for name, value in inputs.items()})
+    assert [output.shape[0] for output in tf.nest.flatten(empty)] == [0] * len(tf.nest.flatten(empty))
+
+
 def test_bad_arguments_are_one_sentence():
     vocab = str(shared_file(parity.VOCABS["uncased"][0]))
     with pytest.raises(BertTfError, match="padding"):

@@ -48,7 +48,11 @@ from bert_tf import tokenization
 from bert_tf.fast_tokenizer import char_class
 from bert_tf.preprocessing import BertPreprocessor, char_offsets, split_basic_tokens
 from fine_tune.squad.features import check_lengths
+from fine_tune.squad.head import OUTPUT_KEYS
 from fine_tune.squad.postprocess import PostprocessConfig
+
+# What the span head (`fine_tune.squad.head.SpanHead`) gives each window: a logit per position.
+LOGITS_SPEC = {key: tf.TensorSpec([None, None], tf.float32) for key in OUTPUT_KEYS}
 
 # `Paragraph.from_context`'s word boundaries (reader.SQUAD_WHITESPACE), and its CJK words;
 # in a context with CJK, also each punctuation character (`tokenization.is_punctuation`:
@@ -247,7 +251,7 @@ class SpanAnswerer(tf.Module):
         positions = tf.ragged.range(windows["length"])
         tokens = positions + tf.expand_dims(windows["first"], 1)
         inputs = self.preprocessor.pack([tf.gather(query, windows["example"]), tf.gather(doc_ids, tokens)])
-        outputs = self.model(inputs, training=False)
+        outputs = self.preprocessor.call_by_length(self.model, inputs, LOGITS_SPEC)
         real = tf.cast(inputs["input_mask"], tf.bool)
         return {
             "start": outputs["start_logits"],
