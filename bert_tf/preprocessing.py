@@ -48,7 +48,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from bert_tf import tokenization
+from bert_tf import by_length, tokenization
 from bert_tf.errors import BertTfError
 from bert_tf.fast_tokenizer import FastBertTokenizer, char_class
 
@@ -203,13 +203,9 @@ class BertPreprocessor(keras.layers.Layer):
     # --- Packing ---
     def packed_length(self, lengths: tf.Tensor, seq_length: int | tf.Tensor) -> tf.Tensor:
         """The padded length of a batch whose rows are `lengths` long (at most `seq_length`)."""
-        seq_length = tf.cast(seq_length, tf.int32)
         if self.padding == "fixed":
-            return seq_length
-        multiple = self.pad_to_multiple_of
-        # An empty batch is padded to `multiple` too: a model's [CLS] must exist (a length 0 failed).
-        longest = tf.cast(tf.reduce_max(tf.concat([[1], lengths], axis=0)), tf.int32)
-        return tf.minimum(seq_length, (longest + multiple - 1) // multiple * multiple)
+            return tf.cast(seq_length, tf.int32)
+        return by_length.packed_length(lengths, seq_length, self.pad_to_multiple_of)
 
     def pack(
         self,
@@ -252,49 +248,12 @@ class BertPreprocessor(keras.layers.Layer):
         return outputs
 
     # --- Running a model ---
-    def call_by_length(self, model: Callable, inputs: dict[str, tf.Tensor], output_spec: Any = None,
-                       rows_per_call: int = 8) -> Any:
-        """`model(inputs, training=False)`, run on `rows_per_call` rows of similar length at a time.
-
-        Why: a served batch comes in the client's order and is padded to its longest row,
-        so short rows pay for the long one (on MRPC's dev pairs, in batches of 32, about
-        2/5 of the positions were padding). Sorting the batch's rows by length and cutting
-        each group to its own longest (rounded as `packed_length` rounds) spends the work
-        on real tokens; the fine-tuning predictor gets the same by sorting whole inputs
-        (`fine_tune.batching`). The answer is unchanged: a row's outputs do not depend on
-        its padding or on the other rows. `output_spec` is the structure of `model`'s
-        outputs, each with a `shape` and `dtype` (default: a functional model's `output`);
-        outputs whose second axis is not fixed (the positions) are padded back to
-        `inputs`' length with zeros, and all come back in the rows' own order. A batch of
-        at most `rows_per_call` rows is one call.
-        """
-        lengths = tf.reduce_sum(tf.cast(inputs["input_mask"], tf.int32), axis=1)
-        order = tf.argsort(lengths, stable=True)
-        ordered = {name: tf.gather(value, order) for name, value in inputs.items()}
-        ordered_lengths = tf.gather(lengths, order)
-        rows, full_length = tf.size(order), tf.shape(inputs["input_mask"])[1]
+    def call_by_length(self, model: Callable, inputs: dict[str, tf.Tensor], output_spec: Any = None) -> Any:
+        """`model(inputs, training=False)` on rows of similar length, 8 at a time (`bert_tf.by_length`):
+        a served batch comes in the client's order. `output_spec` defaults to a functional
+        model's `output`."""
         output_spec = model.output if output_spec is None else output_spec
-        specs = tf.nest.flatten(output_spec)
-
-        def call(index: tf.Tensor, arrays: list[tf.TensorArray]) -> tuple[tf.Tensor, list[tf.TensorArray]]:
-            start = index * rows_per_call
-            end = tf.minimum(start + rows_per_call, rows)
-            length = self.packed_length(ordered_lengths[start:end], full_length)
-            outputs = tf.nest.flatten(model({name: value[start:end, :length] for name, value in ordered.items()},
-                                            training=False))  # fmt: skip
-            padded = [_pad_positions(output, spec, full_length) for output, spec in zip(outputs, specs)]
-            return index + 1, [array.write(index, output) for array, output in zip(arrays, padded)]
-
-        # At least one call: an empty batch gets the model's own empty outputs (a TensorArray
-        # with nothing written has no shape to concatenate).
-        calls = tf.maximum(1, (rows + rows_per_call - 1) // rows_per_call)
-        arrays = [tf.TensorArray(spec.dtype, size=calls, infer_shape=False) for spec in specs]
-        _, arrays = tf.while_loop(lambda index, _: index < calls, call, (tf.constant(0), arrays))
-        restore = tf.math.invert_permutation(order)
-        outputs = [tf.gather(array.concat(), restore) for array in arrays]
-        for output, spec in zip(outputs, specs):
-            output.set_shape(spec.shape)  # the concatenation's shape is unknown; later ops want its rank
-        return tf.nest.pack_sequence_as(output_spec, outputs)
+        return by_length.call_by_length(model, inputs, output_spec, multiple_of=self.pad_to_multiple_of)
 
     # --- Keras ---
     def call(self, inputs: tf.Tensor | Sequence[tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -325,14 +284,6 @@ class BertPreprocessor(keras.layers.Layer):
         )
         config.pop("trainable", None)
         return config
-
-
-def _pad_positions(output: tf.Tensor, spec: Any, length: tf.Tensor) -> tf.Tensor:
-    """`output` with its positions axis (the second, when `spec` leaves it open) padded to `length`."""
-    if len(spec.shape) < 2 or spec.shape[1] is not None:
-        return output
-    padding = [[0, 0], [0, length - tf.shape(output)[1]]] + [[0, 0]] * (len(spec.shape) - 2)
-    return tf.pad(output, padding)
 
 
 def _tokens(segment: tf.RaggedTensor) -> tf.RaggedTensor:

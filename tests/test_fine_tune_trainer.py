@@ -139,3 +139,45 @@ def test_a_diverging_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoi
     assert str(error.value).startswith(f"The loss is NaN or infinite at step 2; training stopped and the last good "
                                        f"checkpoint {kept} is kept")  # fmt: skip
     assert tf.train.latest_checkpoint(os.path.join(str(tmp_path), "checkpoints")) == kept
+
+
+class _CallCounter(keras.Model):
+    """`model`, counting its calls and the positions it was given (in variables: it runs in a graph)."""
+
+    def __init__(self, model: keras.Model):
+        super().__init__()
+        self.model = model
+        self.calls = tf.Variable(0)
+        self.positions = tf.Variable(0)
+
+    def call(self, inputs, training=False):
+        self.calls.assign_add(1)
+        self.positions.assign_add(tf.size(inputs["input_word_ids"]))
+        return self.model(inputs, training=training)
+
+
+@pytest.mark.parametrize("per_token", [False, True], ids=["classification", "tagging"])
+def test_prediction_runs_rows_of_similar_length_8_at_a_time(tmp_path, per_token):
+    """19 rows of lengths out of order, in one batch of 32: each row's outputs are the model's on that
+    row alone, unpadded; the model ran 3 times (8, 8, 3 rows by length), each cut to its longest."""
+    from fine_tune.heads import TokenClassificationHead
+
+    keras.utils.set_random_seed(5)
+    config = BertConfig.from_preset("tiny", vocab_size=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    head = TokenClassificationHead() if per_token else ClassificationHead()
+    model = head.build(BertEncoder(config), 3, 0.0)
+    lengths = [(n * 7) % 40 + 2 for n in range(19)]
+    ids = [np.array([2] + [5 + n % 4] * (length - 2) + [3], np.int32) for n, length in enumerate(lengths)]
+    features = Features({"input_word_ids": ids, "input_type_ids": [np.zeros_like(i) for i in ids]},
+                        {"label_ids": np.zeros(len(ids), np.int32)}, np.arange(len(ids)))
+    counter = _CallCounter(model)
+    trainer = FineTuningTrainer(counter, classification_loss, per_token, TrainingConfig(str(tmp_path)),
+                                tf.distribute.get_strategy())
+    outputs = trainer.predict(features, batch_size=32)
+    for row, got in zip(ids, outputs):
+        alone = {"input_word_ids": row[None], "input_mask": np.ones_like(row)[None], "input_type_ids": np.zeros_like(row)[None]}
+        np.testing.assert_allclose(got, np.asarray(model(alone, training=False))[0], atol=1e-5)
+    by_length = sorted(lengths)
+    cut = [-(-max(by_length[start : start + 8]) // 8) * 8 for start in (0, 8, 16)]
+    assert int(counter.calls.numpy()) == 3
+    assert int(counter.positions.numpy()) == 8 * cut[0] + 8 * cut[1] + 3 * cut[2]

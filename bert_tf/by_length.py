@@ -1,0 +1,88 @@
+"""Running a model on rows of similar length: a batch sorted by length, cut into small calls.
+
+Why: a batch comes in its caller's order and is padded to its longest row, so short rows
+pay for the long one (on MRPC's dev pairs, in batches of 32, about 2/5 of the positions
+were padding). Sorting the rows by length and running `rows_per_call` of them at a time,
+each group cut to its own longest (rounded up to a multiple of 8, as the featurisers
+pad), spends the work on real tokens. The answer is unchanged: a row's outputs depend
+neither on its padding nor on the other rows. Measured on a 2-core AMD EPYC, MiniLM-L6,
+batches of 32 (`python -m bench.inference`): SST-2 dev 146 -> 215 sentences/s, MRPC dev
+90 -> 116 pairs/s; 8 rows a call ran as fast as 4 and faster than 16. TensorFlow code
+(`tf.while_loop`, `tf.TensorArray`): the serving exports and the fine-tuning predictor
+use it; the model itself stays pure Keras.
+
+Example:
+>>> import keras
+>>> inputs = {"input_mask": tf.constant([[1, 1, 1, 0], [1, 0, 0, 0]])}
+>>> seen = []
+>>> def model(batch, training=False):
+...     seen.append(tuple(batch["input_mask"].shape))
+...     return tf.reduce_sum(batch["input_mask"], axis=1)
+>>> call_by_length(model, inputs, tf.TensorSpec([None], tf.int32), rows_per_call=1, multiple_of=2).numpy().tolist()
+[3, 1]
+>>> seen  # the short row first, each cut to its own length rounded up to 2
+[(1, 2), (1, 4)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+ROWS_PER_CALL = 8
+
+
+def packed_length(lengths: tf.Tensor, seq_length: int | tf.Tensor, multiple_of: int) -> tf.Tensor:
+    """The padded length of rows `lengths` long: the longest rounded up to `multiple_of`, at most `seq_length`."""
+    seq_length = tf.cast(seq_length, tf.int32)
+    # An empty batch is padded to `multiple_of` too: a model's [CLS] must exist (a length 0 failed).
+    longest = tf.cast(tf.reduce_max(tf.concat([[1], tf.cast(lengths, tf.int32)], axis=0)), tf.int32)
+    return tf.minimum(seq_length, (longest + multiple_of - 1) // multiple_of * multiple_of)
+
+
+def call_by_length(model: Callable, inputs: dict[str, tf.Tensor], output_spec: Any,
+                   rows_per_call: int = ROWS_PER_CALL, multiple_of: int = 8) -> Any:
+    """`model(inputs, training=False)`, run on `rows_per_call` rows of similar length at a time.
+
+    `inputs` are `[batch, positions]` tensors with an `input_mask`. `output_spec` is the
+    structure of `model`'s outputs, each with a `shape` and `dtype` (a functional model's
+    `output`, or `model.compute_output_spec` of symbolic inputs); outputs whose second axis is not fixed (the positions) are padded back to
+    `inputs`' length with zeros. All come back in the rows' own order. A batch of at most
+    `rows_per_call` rows is one call.
+    """
+    lengths = tf.reduce_sum(tf.cast(inputs["input_mask"], tf.int32), axis=1)
+    order = tf.argsort(lengths, stable=True)
+    ordered = {name: tf.gather(value, order) for name, value in inputs.items()}
+    ordered_lengths = tf.gather(lengths, order)
+    rows, full_length = tf.size(order), tf.shape(inputs["input_mask"])[1]
+    specs = tf.nest.flatten(output_spec)
+
+    def call(index: tf.Tensor, arrays: list[tf.TensorArray]) -> tuple[tf.Tensor, list[tf.TensorArray]]:
+        start = index * rows_per_call
+        end = tf.minimum(start + rows_per_call, rows)
+        length = packed_length(ordered_lengths[start:end], full_length, multiple_of)
+        outputs = tf.nest.flatten(model({name: value[start:end, :length] for name, value in ordered.items()},
+                                        training=False))  # fmt: skip
+        padded = [_pad_positions(output, spec, full_length) for output, spec in zip(outputs, specs)]
+        return index + 1, [array.write(index, output) for array, output in zip(arrays, padded)]
+
+    # At least one call: an empty batch gets the model's own empty outputs (a TensorArray
+    # with nothing written has no shape to concatenate).
+    calls = tf.maximum(1, (rows + rows_per_call - 1) // rows_per_call)
+    arrays = [tf.TensorArray(tf.as_dtype(spec.dtype), size=calls, infer_shape=False) for spec in specs]
+    _, arrays = tf.while_loop(lambda index, _: index < calls, call, (tf.constant(0), arrays))
+    restore = tf.math.invert_permutation(order)
+    outputs = [tf.gather(array.concat(), restore) for array in arrays]
+    for output, spec in zip(outputs, specs):
+        output.set_shape([None, *spec.shape[1:]])  # the concatenation's shape is unknown; later ops want its rank
+    return tf.nest.pack_sequence_as(output_spec, outputs)
+
+
+def _pad_positions(output: tf.Tensor, spec: Any, length: tf.Tensor) -> tf.Tensor:
+    """`output` with its positions axis (the second, when `spec` leaves it open) padded to `length`."""
+    if len(spec.shape) < 2 or spec.shape[1] is not None:
+        return output
+    padding = [[0, 0], [0, length - tf.shape(output)[1]]] + [[0, 0]] * (len(spec.shape) - 2)
+    return tf.pad(output, padding)
