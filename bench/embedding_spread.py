@@ -12,7 +12,10 @@ This measures it: the mean cosine between the embeddings of tokens seen about as
 
     python -m bench.embedding_spread --checkpoint W/ours/phase2 --corpus W/train.txt --vocab_file W/vocab.txt
 
-Prints a table and writes `results/embedding_spread.json`.
+Prints a table and writes `results/embedding_spread.json`. `--reset_checkpoint DIR` also
+writes the checkpoint with the embeddings of tokens seen fewer than `--reset_below` times
+drawn afresh as a random initialisation draws them, to fine-tune from (does the
+similarity explain the gap to random initialisation?).
 """
 
 from __future__ import annotations
@@ -66,9 +69,12 @@ def main() -> None:
     parser.add_argument("--corpus", required=True, help="The text it was pre-trained on.")
     parser.add_argument("--vocab_file", required=True)
     parser.add_argument("--initializer_range", type=float, default=0.02, help="The random initialisation beside it.")
+    parser.add_argument("--reset_checkpoint", default=None, help="Write the checkpoint with rare tokens reset here (TF1).")
+    parser.add_argument("--reset_below", type=int, default=100)
     args = parser.parse_args()
-    encoder = checkpoints.load_encoder(args.checkpoint)
-    embeddings = np.asarray(next(w for w in encoder.weights if "word_embeddings" in w.path))
+    model = checkpoints.load_pretrainer(args.checkpoint)
+    variable = next(w for w in model.weights if "word_embeddings" in w.path)
+    embeddings = np.asarray(variable)
     counts = token_counts(args.corpus, FastBertTokenizer(args.vocab_file, do_lower_case=True), len(embeddings))
     random = np.random.default_rng(1).normal(0.0, args.initializer_range, embeddings.shape)
     results = {"pre-trained": spread(embeddings, counts), "random": spread(random, counts)}
@@ -76,6 +82,11 @@ def main() -> None:
         print(f"{name} word embeddings, by how often the corpus shows each token:")
         print_table(rows, ["seen", "tokens", "mean_cosine", "mean_norm"])
     print("wrote", write_json("embedding_spread", {"cpu": cpu(), "args": vars(args), **results}))
+    if args.reset_checkpoint:
+        rare = counts < args.reset_below
+        embeddings[rare] = np.random.default_rng(7).normal(0.0, args.initializer_range, (rare.sum(), embeddings.shape[1]))
+        variable.assign(embeddings)
+        print(f"reset {rare.sum()} rows; wrote", checkpoints.save(model, args.reset_checkpoint, "tf1", vocab_file=args.vocab_file))
 
 
 if __name__ == "__main__":
