@@ -49,8 +49,9 @@ def call_by_length(model: Callable, inputs: dict[str, tf.Tensor], output_spec: A
     `inputs` are `[batch, positions]` tensors with an `input_mask`. `output_spec` is the
     structure of `model`'s outputs, each with a `shape` and `dtype` (a functional model's
     `output`, or `model.compute_output_spec` of symbolic inputs); outputs whose second
-    axis is not fixed (the positions) are padded back to `inputs`' length with zeros. All come back in the rows' own order. A batch of at most
-    `rows_per_call` rows is one call.
+    axis is not fixed (the positions) are padded back to `inputs`' length with zeros.
+    All come back in the rows' own order. A batch of at most `rows_per_call` rows is one
+    call.
     """
     lengths = tf.reduce_sum(tf.cast(inputs["input_mask"], tf.int32), axis=1)
     rows, full_length = tf.size(lengths), tf.shape(inputs["input_mask"])[1]
