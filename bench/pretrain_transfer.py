@@ -238,6 +238,16 @@ def prepare_corpus(work: Work, language: Language) -> dict:
     return split_documents(corpus, work.path("train.txt"), work.path("held_out.txt"), language.held_out_every)
 
 
+def corpus_vocab(work: Work, size: int) -> dict:
+    """A WordPiece vocabulary of `size` built from the training articles (`bert-build-vocab`):
+    every piece of it is seen in pre-training, where most of Google's 30,522 are seen fewer
+    than 100 times in these 10M words and start fine-tuning nearly alike (`embedding_spread.py`)."""
+    work.path("vocab.txt").unlink(missing_ok=True)  # what a killed run left
+    run_tool("-m", "data_prep.build_vocab", f"--input_file={work.path('train.txt')}",
+             f"--output_file={work.path('vocab.txt')}", f"--vocab_size={size}", "--do_lower_case")
+    return {"vocab_size": len(work.path("vocab.txt").read_text(encoding="utf-8").splitlines())}
+
+
 def records(work: Work, name: str, text: str, seq: int, dupe_factor: int, seed: int, masking: str) -> dict:
     stats = work.path(f"{name}.stats.json")
     run_tool(
@@ -565,6 +575,9 @@ def main() -> None:
     parser.add_argument("--finetune_epochs", type=float, default=3.0, help="A task's own epochs win.")
     parser.add_argument("--finetune_dropout", type=float, default=FINETUNE_DROPOUT,
                         help="Fine-tuning's dropout (pre-training runs without).")
+    parser.add_argument("--vocab_size", type=int, default=0,
+                        help="Build a vocabulary of this size from the training articles (a new --work_dir: the "
+                        "records depend on it); 0: Google's.")
     parser.add_argument("--tasks", default=None, help="Comma-separated subset of the language's tasks.")
     parser.add_argument("--models", default=None, help="Comma-separated subset of the pre-trained models (en: ours,hf).")
     args = parser.parse_args()
@@ -576,8 +589,13 @@ def main() -> None:
             language, models=tuple(m for m in language.models if m.name in args.models.split(","))
         )
     work = Work(pathlib.Path(args.work_dir))
-    vocab = (data_dir() / "vocab" / language.vocab).read_text(encoding="utf-8")
-    work.path("vocab.txt").write_text(vocab, encoding="utf-8")
+    stages = {"corpus": work.stage("corpus", lambda: prepare_corpus(work, language))}
+    if args.vocab_size:
+        stages["vocab"] = work.stage(f"vocab-{args.vocab_size}", lambda: corpus_vocab(work, args.vocab_size))
+    else:
+        google = (data_dir() / "vocab" / language.vocab).read_text(encoding="utf-8")
+        work.path("vocab.txt").write_text(google, encoding="utf-8")
+    vocab = work.path("vocab.txt").read_text(encoding="utf-8")
     # Pre-training without dropout: a few thousand steps are far too few to overfit, and
     # dropout slows the way off the first plateau (bench/pretrain_learning.py); the
     # fine-tuning config has the original's 0.1 unless --finetune_dropout says otherwise.
@@ -585,7 +603,6 @@ def main() -> None:
     finetune_config = tiny_config(len(vocab.splitlines()), args.finetune_dropout)
     work.path("finetune_config.json").write_text(json.dumps(finetune_config, indent=2))
 
-    stages = {"corpus": work.stage("corpus", lambda: prepare_corpus(work, language))}
     stages.update(all_records(work, language, args))
     held_out = {}
     for model in language.models:
