@@ -12,7 +12,6 @@ batches of 32 (`python -m bench.inference`): SST-2 dev 146 -> 215 sentences/s, M
 use it; the model itself stays pure Keras.
 
 Example:
->>> import keras
 >>> inputs = {"input_mask": tf.constant([[1, 1, 1, 0], [1, 0, 0, 0]])}
 >>> seen = []
 >>> def model(batch, training=False):
