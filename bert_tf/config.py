@@ -19,6 +19,7 @@ import json
 import os
 from typing import Any
 
+from bert_tf.atomic import write_text
 from bert_tf.errors import BertTfError
 
 # `gelu` is the tanh approximation used by the original TF code; `gelu_exact` is the
@@ -198,11 +199,7 @@ class BertConfig:
 
     def to_json_file(self, path: str | os.PathLike) -> None:
         """Writes Google's `bert_config.json`, atomically."""
-        path = os.fspath(path)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(self.to_json_string())
-        os.replace(tmp, path)
+        write_text(os.fspath(path), self.to_json_string())
 
     def to_hf_dict(self) -> dict[str, Any]:
         """HuggingFace's `config.json` for `transformers.BertModel`."""

@@ -45,9 +45,10 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 from absl.flags import FlagValues
 
+from bert_tf.atomic import atomic_outputs
 from bert_tf.errors import BertTfError
-from bert_tf.flags import Flag, flag_values, path_within, run_main, set_help
-from bert_tf.feature_writers import JsonLinesWriter, NpyWriter, atomic_outputs, companion_paths
+from bert_tf.flags import Flag, check_output_file, flag_values, path_within, run_main, set_help
+from bert_tf.feature_writers import JsonLinesWriter, NpyWriter, companion_paths
 from bert_tf.packing import pack_pair
 from bert_tf.pooling import POOLINGS, check_layers, pool, word_start_mask
 from bert_tf.progress import progress_bar
@@ -233,11 +234,7 @@ def batch_arrays(batch: Sequence[Packed], max_seq_length: int) -> dict[str, np.n
 def _check_files(options: Options) -> None:
     if not os.path.isfile(options.input_file):
         raise BertTfError(f"--input_file {options.input_file} does not exist.")
-    folder = os.path.dirname(os.path.abspath(options.output_file))
-    if not os.path.isdir(folder):
-        raise BertTfError(f"The folder of --output_file {options.output_file} does not exist; create it first.")
-    if os.path.isdir(options.output_file):
-        raise BertTfError(f"--output_file {options.output_file} is a folder; give a file name.")
+    check_output_file(options.output_file, "--output_file")
     if any(path_within(path, options.input_file) for path in [options.output_file, *companion_paths(options.output_file)]):
         raise BertTfError(f"--output_file {options.output_file} would replace --input_file; give another file name.")
     if options.bert_config_file and not os.path.isfile(options.bert_config_file):

@@ -14,10 +14,8 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-from typing import IO, Iterator, Sequence
+from typing import IO, Sequence
 
 import numpy as np
 
@@ -176,40 +174,3 @@ class NpyWriter:
             with open(self.paths[1], "wb") as handle:
                 np.save(handle, self.offsets)
             self.tokens.close()
-
-
-@contextlib.contextmanager
-def atomic_outputs(paths: Sequence[str]) -> Iterator[list[str]]:
-    """Temporary names for `paths`, renamed to them when the block succeeds, removed if not.
-
-    Missing folders of `paths` are made, and removed again (when still empty) if the block fails.
-    """
-    temporaries = [f"{path}.tmp-{os.getpid()}" for path in paths]
-    made = _make_folders_of(paths)
-    try:
-        yield temporaries
-        for temporary, path in zip(temporaries, paths):
-            os.replace(temporary, path)
-    except BaseException:
-        for temporary in temporaries:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(temporary)
-        for folder in made:
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
-        raise
-
-
-def _make_folders_of(paths: Sequence[str]) -> list[str]:
-    """Makes the folders of `paths` that do not exist; returns them, deepest first."""
-    made = []
-    for path in paths:
-        missing = []
-        folder = os.path.dirname(os.path.abspath(path))
-        while not os.path.exists(folder):
-            missing.append(folder)
-            folder = os.path.dirname(folder)
-        for folder in reversed(missing):
-            os.mkdir(folder)
-            made.append(folder)
-    return made[::-1]

@@ -254,6 +254,26 @@ def path_within(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder
 
 
+def check_output_file(path: str, flag: str) -> None:
+    """Raises `BertTfError` unless the file `path` can be written (its missing folders are
+    made when it is): not a folder, no file among its parents, the nearest folder writable.
+
+    >>> check_output_file("/etc/passwd/out.txt", "--output_file")
+    Traceback (most recent call last):
+    ...
+    bert_tf.errors.BertTfError: --output_file /etc/passwd/out.txt cannot be made: /etc/passwd is a file, not a folder.
+    """
+    if os.path.isdir(path):
+        raise BertTfError(f"{flag} {path} is a folder; give a file name.")
+    if blocker := file_in_the_way(path):
+        raise BertTfError(f"{flag} {path} cannot be made: {blocker} is a file, not a folder.")
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BertTfError(f"Cannot write {flag} {path}: the folder {folder} is not writable.")
+
+
 def file_in_the_way(path: str) -> str | None:
     """The file (not folder) among the parents of `path` that would stop it being created, if any."""
     parent = os.path.dirname(os.path.abspath(path))

@@ -28,42 +28,18 @@ trainable=True)`. Both are written under a temporary name and renamed when compl
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import keras
 import tensorflow as tf
 
+from bert_tf.atomic import atomic_folder
 from bert_tf.encoder import INPUT_NAMES, BertEncoder
 from bert_tf.preprocessing import BertPreprocessor
 from bert_tf import tokenization
 
 SIGNATURE = "serving_default"
-
-
-@contextlib.contextmanager
-def atomic_folder(path: str) -> Iterator[str]:
-    """A temporary folder beside `path`, renamed to `path` when the block completes (an
-    existing `path` is replaced; callers decide whether it may be) and removed when it fails."""
-    path = os.path.abspath(path)
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    temporary = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
-    os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide the model from a serving user.
-    try:
-        yield temporary
-        if os.path.exists(path):
-            old = temporary + ".old"
-            os.rename(path, old)
-            os.rename(temporary, path)
-            shutil.rmtree(old)
-        else:
-            os.rename(temporary, path)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def save_atomically(root: tf.Module, export_dir: str, signatures: dict | None = None) -> None:

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from absl.flags import FlagValues
 
 import data_prep  # noqa: F401  (before bert_tf: keeps bert_tf/__init__, hence Keras, out of this process)
+from bert_tf.atomic import incomplete_path
 from bert_tf.errors import BertTfError, run_command
 from bert_tf.flags import HELP_ARGS, Flag, flag_values, help_text, parse, require
 from bert_tf.tokenization import FullTokenizer
@@ -60,7 +61,6 @@ from data_prep.generate import (
     validate,
     write_json,
 )
-from data_prep.tfrecord import RecordFileWriter
 
 try:
     import apache_beam as beam
@@ -152,7 +152,7 @@ class BeamRecordWriter:
 
     def __init__(self, path: str, gzip: bool):
         self.path = path
-        self.temp_path = RecordFileWriter.temporary_name(path)
+        self.temp_path = incomplete_path(path)
         compression = CompressionTypes.GZIP if gzip else CompressionTypes.UNCOMPRESSED
         self._file = FileSystems.create(self.temp_path, compression_type=compression)
 

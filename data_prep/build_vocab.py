@@ -17,14 +17,14 @@ Example:
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator, Sequence
 
 from absl.flags import FlagValues
 
+from bert_tf.atomic import write_text
 from bert_tf.errors import BertTfError
-from bert_tf.flags import Flag, file_in_the_way, flag_values, require, run_main
+from bert_tf.flags import Flag, check_output_file, flag_values, require, run_main
 from data_prep.corpus import check_not_an_input, expand_input_patterns
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -102,21 +102,11 @@ def build_vocab(
 ) -> int:
     """Trains and writes `output_file` (atomically); returns the number of tokens written."""
     check_sizes(vocab_size, num_unused, min_frequency)
-    if os.path.isdir(output_file):
-        raise BertTfError(f"--output_file {output_file} is a folder; give a file name.")
-    if blocker := file_in_the_way(output_file):
-        raise BertTfError(f"--output_file {output_file} cannot be made: {blocker} is a file, not a folder.")
+    check_output_file(output_file, "--output_file")
     learned = vocab_size - num_unused  # the trainer counts [PAD] and the 4 specials
     pieces = train_wordpiece(files, learned, do_lower_case, min_frequency)
     tokens = bert_layout(pieces, vocab_size, num_unused)
-    directory, name = os.path.split(os.path.abspath(output_file))
-    temporary = os.path.join(directory, f".{name}.incomplete")
-    try:
-        with open(temporary, "w", encoding="utf-8") as out:
-            out.write("\n".join(tokens) + "\n")
-    except OSError as error:
-        raise BertTfError(f"Cannot write --output_file {output_file}: {error.strerror}.") from None
-    os.replace(temporary, output_file)
+    write_text(output_file, "\n".join(tokens) + "\n")
     return len(tokens)
 
 

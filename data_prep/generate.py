@@ -47,7 +47,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
+from bert_tf.atomic import incomplete_path, make_folders_of, write_text
 from bert_tf.errors import BertTfError
+from bert_tf.flags import check_output_file
 from bert_tf.tokenization import FullTokenizer
 from data_prep.chunks import ChunkProcessor, ChunkResult, ChunkTask, GenerationOptions
 from data_prep.corpus import InputProblems, Span, file_spans, non_empty_files, span_documents
@@ -103,20 +105,6 @@ def validate(options: GenerationOptions, num_workers: int) -> None:
         raise BertTfError(f"--num_workers is {num_workers}; it must be at least 1.")
     if options.pool_documents < 1:
         raise BertTfError(f"--notnext_pool_documents is {options.pool_documents}; it must be at least 1.")
-
-
-def check_writable(path: str, flag: str) -> None:
-    """Raises `BertTfError` unless a file can be created next to `path`."""
-    if os.path.isdir(path):
-        raise BertTfError(f"{flag} {path} is a folder; give a file name.")
-    directory = os.path.dirname(os.path.abspath(path))
-    probe = os.path.join(directory, f".{os.path.basename(path)}.probe")
-    try:
-        with open(probe, "wb"):
-            pass
-        os.remove(probe)
-    except OSError as error:
-        raise BertTfError(f"Cannot write {flag} {path}: {error.strerror}.") from None
 
 
 class Progress:
@@ -471,7 +459,7 @@ class _Coordinator:
         for shard in self.todo:
             for worker in range(self.num_workers):
                 path = part_path(self.job.output_files[shard], worker, self.num_workers)
-                for leftover in (path, RecordFileWriter.temporary_name(path)):
+                for leftover in (path, incomplete_path(path)):
                     with contextlib.suppress(FileNotFoundError):
                         os.remove(leftover)
 
@@ -506,9 +494,9 @@ def run(job: Job, progress: bool = True, warn: Callable[[str], None] = _warn) ->
     tokenizer = FullTokenizer(job.vocab_file, do_lower_case=job.do_lower_case)
     files = non_empty_files(job.input_files, warn)
     for path in job.output_files:
-        check_writable(path, "--output_file")
+        check_output_file(path, "--output_file")
     if job.stats_file:
-        check_writable(job.stats_file, "--stats_file")
+        check_output_file(job.stats_file, "--stats_file")
     if options.zh_whole_word_mask:
         chinese_word_segmenter()  # fails now (not in a worker) when rjieba is missing; workers share it
     sizes = [(path, os.path.getsize(path)) for path in files]
@@ -524,6 +512,7 @@ def run(job: Job, progress: bool = True, warn: Callable[[str], None] = _warn) ->
     counts: Counter = Counter()
     tracker = Progress(total_bytes, progress)
     if todo:
+        make_folders_of([job.output_files[k] for k in todo])
         plan = ChunkPlan(sizes, num_shards)
         _generate(job, tokenizer, plan, set(todo), settings, problems, counts, tracker, warn)
         tracker.update(total_bytes, counts["documents"], counts["instances"], final=True)
@@ -689,7 +678,4 @@ def json_text(data: dict) -> str:
 
 
 def write_json(path: str, data: dict) -> None:
-    temporary = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.incomplete")
-    with open(temporary, "w", encoding="utf-8") as file:
-        file.write(json_text(data))
-    os.replace(temporary, path)
+    write_text(path, json_text(data))

@@ -44,15 +44,15 @@ from __future__ import annotations
 import csv
 import dataclasses
 import html
-import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from absl.flags import FlagValues
 
+from bert_tf.atomic import atomic_outputs
 from bert_tf.errors import BertTfError
-from bert_tf.flags import Flag, flag_values, require, run_main
+from bert_tf.flags import Flag, check_output_file, flag_values, require, run_main
 from data_prep.corpus import check_not_an_input, expand_input_patterns
 
 PRESETS = {
@@ -284,17 +284,14 @@ def prepare(
 ) -> CorpusCounts:
     """Writes `files` to `output_file` in BERT's layout (atomically); returns counts."""
     source = source or InputFormat()
-    if os.path.isdir(output_file):
-        raise BertTfError(f"--output_file {output_file} is a folder; give a file name.")
+    check_output_file(output_file, "--output_file")
     minimum = source.minimum_sentences()
     counts = CorpusCounts()
-    directory, name = os.path.split(os.path.abspath(output_file))
-    temporary = os.path.join(directory, f".{name}.incomplete")
-    try:
-        out = open(temporary, "w", encoding="utf-8")
-    except OSError as error:
-        raise BertTfError(f"Cannot write --output_file {output_file}: {error.strerror}.") from None
-    try:
+    with atomic_outputs([output_file]) as (temporary,):
+        try:
+            out = open(temporary, "w", encoding="utf-8")
+        except OSError as error:
+            raise BertTfError(f"Cannot write --output_file {output_file}: {error.strerror}.") from None
         with out:
             for path in files:
                 for paragraphs in read_documents(path, source, counts):
@@ -311,10 +308,6 @@ def prepare(
                     counts.documents += 1
                     counts.paragraphs += len(paragraphs)
                     counts.sentences += len(sentences)
-        os.replace(temporary, output_file)
-    except BaseException:
-        os.remove(temporary)
-        raise
     return counts
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import google_crc32c
 import numpy as np
 
+from bert_tf.atomic import incomplete_path
 from bert_tf.data.schema import mask_crc
 
 # Protobuf tags (field number << 3 | wire type 2 = length-delimited), all single bytes.
@@ -259,24 +260,15 @@ def read_records(path: str) -> list[bytes]:
 
 
 class RecordFileWriter:
-    """Appends framed records to a file under a temporary name; `commit` renames it.
-
-    The temporary name starts with a dot, so a glob such as `out-*` given to a reader
-    never picks up a file that is still being written (or was left by a crash).
-    """
+    """Appends framed records to a file under `bert_tf.atomic`'s temporary name; `commit` renames it."""
 
     def __init__(self, path: str, gzip: bool):
         self.path = path
-        self.temp_path = self.temporary_name(path)
+        self.temp_path = incomplete_path(path)
         self._file = open(self.temp_path, "wb")
         # wbits=31: a gzip container; zlib writes mtime 0 and no file name, so the
         # output is byte-identical across runs (gzip.GzipFile would embed both).
         self._compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if gzip else None
-
-    @staticmethod
-    def temporary_name(path: str) -> str:
-        directory, name = os.path.split(path)
-        return os.path.join(directory, f".{name}.incomplete")
 
     def write(self, framed: bytes) -> None:
         """Appends already framed records."""

@@ -41,8 +41,8 @@ from typing import Any
 from absl.flags import FlagValues
 
 from bert_tf.errors import BertTfError
-from bert_tf.feature_writers import atomic_outputs
-from bert_tf.flags import Flag, file_in_the_way, flag_values, path_within, require, run_main, set_help
+from bert_tf.atomic import atomic_outputs
+from bert_tf.flags import Flag, check_output_file, flag_values, path_within, require, run_main, set_help
 from fine_tune.jsonl import utf8_lines
 
 FORMATS = (".txt", ".tsv", ".jsonl")
@@ -98,10 +98,7 @@ def _check(args: FlagValues) -> str:
     for flag in ("batch_size", "chunk_size"):
         if getattr(args, flag) < 1:
             raise BertTfError(f"--{flag} must be positive, got {getattr(args, flag)}.")
-    if os.path.isdir(args.output_file):
-        raise BertTfError(f"--output_file {args.output_file} is a folder; give a file name.")
-    if blocker := file_in_the_way(args.output_file):
-        raise BertTfError(f"--output_file {args.output_file} cannot be made: {blocker} is a file, not a folder.")
+    check_output_file(args.output_file, "--output_file")
     if path_within(args.output_file, args.input_file):
         raise BertTfError(f"--output_file {args.output_file} is --input_file; give another file name.")
     return extension

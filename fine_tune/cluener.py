@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bert_tf.errors import DataError
-from bert_tf.feature_writers import atomic_outputs
+from bert_tf.atomic import atomic_outputs
 from fine_tune.config import RunConfig
 from fine_tune.jsonl import read_json_lines
 from fine_tune.metrics import chunks

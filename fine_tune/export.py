@@ -42,9 +42,10 @@ import tensorflow as tf
 from absl.flags import FlagValues
 
 from bert_tf import hub_export, tokenization
+from bert_tf.atomic import atomic_folder
 from bert_tf.errors import BertTfError
 from bert_tf.flags import Flag, file_in_the_way, flag_values, path_within, require, run_main
-from bert_tf.hub_export import atomic_folder, save_atomically, serving_function
+from bert_tf.hub_export import save_atomically, serving_function
 from bert_tf.preprocessing import BertPreprocessor
 from fine_tune.run_dir import LoadedRun, load_run
 from fine_tune.squad.serving import SpanAnswerer

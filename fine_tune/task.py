@@ -24,7 +24,7 @@ import keras
 import numpy as np
 
 from bert_tf.encoder import BertEncoder
-from bert_tf.feature_writers import atomic_outputs
+from bert_tf.atomic import atomic_outputs
 from bert_tf.tokenization import FullTokenizer
 
 # The encoder inputs every featuriser produces; `input_mask` is derived from the length.

@@ -497,7 +497,8 @@ def _bad_input_cases(tmp_path: Path) -> dict:
         "one_megabyte_line": ([f"--input_file={tmp_path / 'long_line.txt'}"], 0, "MB long"),
         "vocab_without_mask": ([f"--input_file={good}", f"--vocab_file={no_mask}"], 1, "[MASK]"),
         "predictions_over_length": ([f"--input_file={good}", "--max_predictions_per_seq=200"], 1, "must be between"),
-        "unwritable_output": ([f"--input_file={good}", "--output_file=/etc/passwd/out.tfrecord"], 1, "Cannot write"),
+        "unwritable_output": ([f"--input_file={good}", "--output_file=/etc/passwd/out.tfrecord"], 1,
+                              "--output_file /etc/passwd/out.tfrecord cannot be made: /etc/passwd is a file"),
         # A folder as a file: once 'all output files exist; nothing to do', and a traceback after the work.
         "output_is_a_folder": ([f"--input_file={good}", f"--output_file={tmp_path}"], 1,
                                f"--output_file {tmp_path} is a folder; give a file name."),
@@ -719,7 +720,7 @@ def test_chinese_whole_word_masking_without_rjieba_says_what_to_install(tmp_path
 def test_prepare_corpus_makes_documents_and_sentences_of_wikitext(tmp_path):
     require_module("sentencex", "the sentence segmenter of prepare_corpus")
     corpus = cut(shared_file("pretrain/wikitext2_valid.tokens.txt"), tmp_path, 300_000)
-    prepared = tmp_path / "prepared.txt"
+    prepared = tmp_path / "corpus" / "prepared.txt"  # every tool makes the folders of its outputs
     flags = [f"--input_file={corpus}", f"--output_file={prepared}", "--preset=wikitext"]
     result = PROJECT.run("-m", "data_prep.prepare_corpus", *flags, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -733,11 +734,11 @@ def test_prepare_corpus_makes_documents_and_sentences_of_wikitext(tmp_path):
     assert not any(line.startswith(" =") for line in prepared.read_text(encoding="utf-8").splitlines())
     stats = {}
     for name, source in [("raw", corpus), ("prepared", prepared)]:
-        out = tmp_path / f"{name}.json"
+        out = tmp_path / "stats" / f"{name}.json"
         assert (
             generate(
                 f"--input_file={source}",
-                f"--output_file={tmp_path / name}",
+                f"--output_file={tmp_path / 'records' / name}",
                 f"--vocab_file={shared_file(UNCASED)}",
                 f"--stats_file={out}",
             ).returncode
@@ -753,7 +754,7 @@ def test_build_vocab_has_bert_layout_and_covers_the_corpus(tmp_path):
     from bert_tf.tokenization import FullTokenizer
 
     corpus = shared_file("pretrain/wikitext2_valid.tokens.txt")
-    vocab = tmp_path / "vocab.txt"
+    vocab = tmp_path / "vocab" / "vocab.txt"
     flags = [f"--input_file={corpus}", f"--output_file={vocab}", "--vocab_size=5000"]
     result = PROJECT.run("-m", "data_prep.build_vocab", *flags, timeout=120)
     assert result.returncode == 0, result.stderr

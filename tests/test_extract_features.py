@@ -19,7 +19,8 @@ import pytest
 
 from bert_tf import extract_features
 from bert_tf.extract_features import Packer, read_lines
-from bert_tf.feature_writers import atomic_outputs, json_value_lists, pooled_line, token_features_line
+from bert_tf.atomic import atomic_outputs
+from bert_tf.feature_writers import json_value_lists, pooled_line, token_features_line
 from bert_tf.tokenization import FullTokenizer
 from tests.conftest import require_module, shared_file
 from tests.test_tokenization import model_garden_tokenizer

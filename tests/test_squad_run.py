@@ -77,7 +77,7 @@ def test_v1_train_predict_and_predict_only_rerun(tmp_path):
     for qas_id, entries in nbest.items():
         assert 1 <= len(entries) <= 20 and entries[0]["text"] == predictions[qas_id]
         assert sum(entry["probability"] for entry in entries) == pytest.approx(1.0)
-    assert not (out / "null_odds.json").exists() and not list(out.glob("*.tmp-*"))
+    assert not (out / "null_odds.json").exists() and not list(out.glob(".*.incomplete*"))
     # Predict only, from the saved model: the same answers.
     squad(out, "--do_predict", f"--predict_file={data}")
     assert read_json(out / "predictions.json") == predictions

@@ -39,6 +39,7 @@ import shutil
 import warnings
 from typing import Any
 
+from bert_tf.atomic import atomic_folder
 from bert_tf.checkpoints import hf, keras_format, names, tf1, training_format
 from bert_tf.checkpoints.base import VOCAB_NAME, Checkpoint
 from bert_tf.config import BertConfig
@@ -339,15 +340,11 @@ def save(
     if vocab_file is not None:
         if not os.path.isfile(vocab_file):
             raise BertTfError(f"Vocabulary file {os.fspath(vocab_file)} does not exist.")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    temporary = f"{path}.tmp-{os.getpid()}"
-    os.makedirs(temporary)
-    try:
+    with atomic_folder(path) as temporary:
         _write(model, temporary, format)
         if vocab_file is not None:
             shutil.copyfile(vocab_file, os.path.join(temporary, VOCAB_NAME))
-        os.rename(temporary, path)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
+    if format == "tf1":
+        encoder = model.encoder if isinstance(model, BertPretrainer) else model
+        tf1.warn_unless_original_activation(encoder.bert_config, path)
     return path

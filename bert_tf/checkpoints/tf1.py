@@ -108,10 +108,14 @@ def write(directory: str, weights: dict[str, np.ndarray], config: BertConfig) ->
         handle.write(f'model_checkpoint_path: "{CHECKPOINT_NAME}"\n')
         handle.write(f'all_model_checkpoint_paths: "{CHECKPOINT_NAME}"\n')
     config.to_json_file(os.path.join(directory, CONFIG_NAME))
+    return prefix
+
+
+def warn_unless_original_activation(config: BertConfig, directory: str) -> None:
+    """Warns when the checkpoint written to `directory` names an activation the original cannot read."""
     if config.hidden_act not in _ORIGINAL_ACTIVATIONS:
         # Google's format has no name for it: the original's "gelu" is the tanh form.
         warnings.warn(f"{CONFIG_NAME} in {directory} says hidden_act={config.hidden_act!r}, which bert_tf reads but "
                       f"the original code and Model Garden do not (they know {', '.join(_ORIGINAL_ACTIVATIONS)}); "
                       "give them the HuggingFace format, or edit it to 'gelu' to run the tanh approximation.",
                       stacklevel=3)
-    return prefix

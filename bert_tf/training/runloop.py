@@ -47,6 +47,7 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
+from bert_tf.atomic import incomplete_path
 from bert_tf.checkpoints.base import first_line
 from bert_tf.errors import BertTfError
 from bert_tf.training.distribution import is_chief, worker_index
@@ -318,8 +319,8 @@ def write_results(directory: str, results: dict[str, object], name: str = RESULT
 
 
 def write_atomically(path: str, text: str) -> None:
-    """Writes `text` to `path` (local or remote) under a temporary name, renamed when complete."""
-    temporary = f"{path}.tmp-{os.getpid()}"
+    """`bert_tf.atomic.write_text` on any file system TensorFlow reaches (gs://, hdfs://)."""
+    temporary = incomplete_path(path)
     with tf.io.gfile.GFile(temporary, "w") as handle:
         handle.write(text)
     tf.io.gfile.rename(temporary, path, overwrite=True)

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bert_tf.atomic import atomic_outputs
 from bert_tf.tokenization import BasicTokenizer
 from fine_tune.squad.features import Window
 from fine_tune.squad.reader import SquadExample
@@ -317,14 +318,9 @@ def write_predictions(
     }
     if version_2_with_negative:
         contents["null_odds.json"] = {p.qas_id: p.null_score_diff for p in predictions}
-    os.makedirs(output_dir, exist_ok=True)
-    staged = []
-    for name, content in contents.items():
-        path = os.path.join(output_dir, prefix + name)
-        temporary = f"{path}.tmp-{os.getpid()}"
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(content, indent=4) + "\n")
-        staged.append((temporary, path))
-    for temporary, path in staged:
-        os.replace(temporary, path)
-    return [path for _, path in staged]
+    paths = [os.path.join(output_dir, prefix + name) for name in contents]
+    with atomic_outputs(paths) as temporaries:  # all of them, or none
+        for temporary, content in zip(temporaries, contents.values()):
+            with open(temporary, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(content, indent=4) + "\n")
+    return paths

@@ -1,0 +1,99 @@
+"""Output files and folders that appear whole or not at all.
+
+Why: a run killed half-way, or stopped by bad input, must not leave a file that the next
+stage (or the user) takes for a finished one. Every output is written beside its final
+name under a temporary one and renamed when complete; a rename within a folder is atomic.
+The temporary name starts with a dot, so that a glob such as `out-*` given to a reader
+never picks up a file still being written, and ends in `.incomplete`, so that one left by
+a crash says what it is (the next run writing that output replaces it). Missing folders
+of an output are made. A folder output (a SavedModel, a checkpoint) is built in a
+temporary folder named the same way and renamed.
+
+Example:
+>>> import os, tempfile
+>>> path = os.path.join(tempfile.mkdtemp(), "new", "notes.txt")
+>>> write_text(path, "done\\n")
+>>> open(path).read(), os.listdir(os.path.dirname(path))
+('done\\n', ['notes.txt'])
+>>> incomplete_path(os.path.join("out", "part-1.tfrecord")) == os.path.join("out", ".part-1.tfrecord.incomplete")
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+
+
+def incomplete_path(path: str) -> str:
+    """The name `path` is written under until it is complete."""
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f".{name}.incomplete")
+
+
+@contextlib.contextmanager
+def atomic_outputs(paths: Sequence[str]) -> Iterator[list[str]]:
+    """Temporary names for `paths`, renamed to them when the block succeeds, removed if not.
+
+    Missing folders of `paths` are made, and removed again (when still empty) if the block fails.
+    """
+    temporaries = [incomplete_path(path) for path in paths]
+    made = make_folders_of(paths)
+    try:
+        yield temporaries
+        for temporary, path in zip(temporaries, paths):
+            os.replace(temporary, path)
+    except BaseException:
+        for temporary in temporaries:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(temporary)
+        for folder in made:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str) -> Iterator[str]:
+    """A temporary folder beside `path`, renamed to `path` when the block completes (an
+    existing `path` is replaced; callers decide whether it may be) and removed when it fails."""
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    temporary = tempfile.mkdtemp(dir=parent, prefix=os.path.basename(incomplete_path(path)) + "-")
+    os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide the model from a serving user.
+    try:
+        yield temporary
+        if os.path.exists(path):
+            old = temporary + ".old"
+            os.rename(path, old)
+            os.rename(temporary, path)
+            shutil.rmtree(old)
+        else:
+            os.rename(temporary, path)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def write_text(path: str, text: str) -> None:
+    """Writes `text` (UTF-8) to `path` atomically."""
+    with atomic_outputs([path]) as (temporary,), open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def make_folders_of(paths: Sequence[str]) -> list[str]:
+    """Makes the folders of `paths` that do not exist; returns them, deepest first."""
+    made = []
+    for path in paths:
+        missing = []
+        folder = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(folder):
+            missing.append(folder)
+            folder = os.path.dirname(folder)
+        for folder in reversed(missing):
+            os.mkdir(folder)
+            made.append(folder)
+    return made[::-1]
