@@ -74,3 +74,29 @@ def test_flags_that_cannot_work_are_refused_before_training_and_leave_nothing(fi
     fails_with(capsys, run_flags(files["data"], str(out), files["config"], gradient_accumulation_steps=3),
                "batch size 8 must be a multiple of 3")
     assert not os.path.exists(out)
+
+
+def test_positions_of_checkpoints_no_longer_kept_go_whatever_input_they_were_of(tmp_path):
+    """An output dir restarted on another input (its fingerprint changes with the worker count) kept the
+    first input's positions, 6.5 MB each at BERT's shuffle buffer, for ever."""
+    import tensorflow as tf
+
+    from bert_tf.training.input_state import InputPositions
+    from bert_tf.training.runloop import OutputDir
+
+    output = OutputDir(str(tmp_path), tf.distribute.get_strategy())
+    state = tf.train.Checkpoint(value=tf.Variable(1.0))
+    first = InputPositions(output, "first-input", keep_steps=20)
+    for step in (10, 20):
+        first.save(state, step)
+    second = InputPositions(output, "second-input", keep_steps=20)
+
+    def positions() -> list[str]:
+        return sorted(str(path.relative_to(tmp_path / "input_state")) for path in tmp_path.glob("input_state/**/*.index"))
+
+    second.save(state, 30)  # ckpt-10 is no longer kept; ckpt-20 is, with the first input's position
+    assert positions() == ["first-input/worker-0/input-20.index", "second-input/worker-0/input-30.index"]
+    second.save(state, 40)
+    assert positions() == ["second-input/worker-0/input-30.index", "second-input/worker-0/input-40.index"]
+    assert sorted(path.name for path in (tmp_path / "input_state").iterdir()) == ["second-input"]
+    assert second.restore(state, 40) and not first.restore(state, 20)

@@ -28,6 +28,7 @@ Phase(first_step=900, max_seq_length=512, max_predictions_per_seq=80, last_step=
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -96,11 +97,15 @@ class InputPositions:
         output: the run's `OutputDir`.
         fingerprint: names the input (`DataSpec.fingerprint`).
         keep_steps: positions older than this many steps are removed (those of
-            checkpoints no longer kept).
+            checkpoints no longer kept), whatever input they were of: an output dir
+            restarted on another input (other workers, say) does not keep the first
+            one's positions (6.5 MB each with BERT's shuffle buffer) for ever.
     """
 
     def __init__(self, output: OutputDir, fingerprint: str, keep_steps: int):
-        self.directory = os.path.join(output.path, INPUT_STATE_DIR, fingerprint, f"worker-{output.worker}")
+        self.root = os.path.join(output.path, INPUT_STATE_DIR)
+        self.worker = f"worker-{output.worker}"
+        self.directory = os.path.join(self.root, fingerprint, self.worker)
         self.keep_steps = keep_steps
 
     def path(self, step: int) -> str:
@@ -118,7 +123,21 @@ class InputPositions:
 
     def save(self, state: tf.train.Checkpoint, step: int) -> None:
         state.write(self.path(step))
-        for name in tf.io.gfile.listdir(self.directory):
-            number = name.split(".")[0].removeprefix("input-")
-            if number.isdigit() and int(number) <= step - self.keep_steps:
-                tf.io.gfile.remove(os.path.join(self.directory, name))
+        for entry in tf.io.gfile.listdir(self.root):
+            directory = os.path.join(self.root, entry.rstrip("/"), self.worker)
+            if not tf.io.gfile.isdir(directory):
+                continue  # phase.json, or another worker's input
+            for name in tf.io.gfile.listdir(directory):
+                number = name.split(".")[0].removeprefix("input-")
+                if number.isdigit() and int(number) <= step - self.keep_steps:
+                    tf.io.gfile.remove(os.path.join(directory, name))
+            if not tf.io.gfile.listdir(directory):  # an earlier input's, all of whose positions are gone
+                _remove_empty(directory)
+                _remove_empty(os.path.dirname(directory))
+
+
+def _remove_empty(directory: str) -> None:
+    """Removes `directory` if it is empty (another worker may be removing it too)."""
+    with contextlib.suppress(tf.errors.OpError):
+        if not tf.io.gfile.listdir(directory):
+            tf.io.gfile.rmtree(directory)
