@@ -1,6 +1,9 @@
 """`bert-export`: a fine-tuned run as one SavedModel, raw text in, the task's answer out.
 
     bert-export --model_dir out/mrpc --export_dir export/mrpc [--overwrite] [--mixed_precision=bf16]
+    bert-export --model_dir out/mrpc --export_dir hf/mrpc --format hf    # or tf1: a checkpoint instead
+
+(`--format hf|tf1`: `fine_tune.checkpoint_export`.)
 
 The SavedModel's `serving_default` signature takes strings (TF Serving's JSON or
 gRPC requests, or `tf.saved_model.load` in any Python with `tensorflow` and
@@ -47,13 +50,15 @@ from bert_tf.errors import BertTfError
 from bert_tf.flags import Flag, file_in_the_way, flag_values, path_within, require, run_main
 from bert_tf.hub_export import save_atomically, serving_function
 from bert_tf.preprocessing import BertPreprocessor
+from fine_tune.checkpoint_export import FORMATS as CHECKPOINT_FORMATS
+from fine_tune.checkpoint_export import LABELS_FILE, export_checkpoint
 from fine_tune.run_dir import LoadedRun, load_run
 from fine_tune.squad.serving import SpanAnswerer
 
 SIGNATURE = "serving_default"
 WORDS_SIGNATURE = "tag_words"  # a tagger's signature for text already cut into words
 EXPORT_INFO = "bert_export.json"
-LABELS_FILE = "labels.txt"
+SAVED_MODEL = "saved_model"
 
 
 # === What the task takes ===
@@ -285,10 +290,11 @@ def check_export_dir(export_dir: str, overwrite: bool, flag: str = "--export_dir
 
 
 def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: str | None = None,
-           mixed_precision: str = "none") -> str:
+           mixed_precision: str = "none", format: str = SAVED_MODEL) -> str:
     """Exports the fine-tuned run in `model_dir` to `export_dir` (and its encoder in TF Hub's
     layout to `hub_dir/preprocess` and `hub_dir/encoder`), computing in `mixed_precision`
-    (`load_run`'s); returns the export's path."""
+    (`load_run`'s); returns the export's path. `format` "hf" or "tf1" writes a checkpoint
+    instead of the SavedModel (`fine_tune.checkpoint_export`)."""
     check_export_dir(export_dir, overwrite)
     if path_within(model_dir, export_dir):  # replacing the export would delete the run
         raise BertTfError(f"--export_dir {export_dir} holds --model_dir {model_dir}; give a folder outside the run.")
@@ -297,6 +303,19 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
         if path_within(hub_dir, export_dir) or path_within(export_dir, hub_dir):  # each is written whole, replacing the other
             raise BertTfError(f"--hub_dir {hub_dir} and --export_dir {export_dir} overlap; give two separate folders.")
     run = load_run(model_dir, mixed_precision=mixed_precision)
+    if format != SAVED_MODEL:
+        export_checkpoint(run, export_dir, format)
+    else:
+        _export_saved_model(run, export_dir)
+    if hub_dir is not None:
+        with atomic_folder(hub_dir) as staging:  # both SavedModels, or neither
+            hub_export.export_preprocessing(os.path.join(staging, "preprocess"), run.vocab_file, run.do_lower_case,
+                                            run.max_seq_length)
+            hub_export.export_encoder(os.path.join(staging, "encoder"), hub_export.task_encoder(run.model))
+    return export_dir
+
+
+def _export_saved_model(run: LoadedRun, export_dir: str) -> None:
     with tempfile.TemporaryDirectory() as assets_dir:
         if run.family == "squad":
             module = AnswererExport(run, assets_dir)
@@ -306,12 +325,6 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
             module = ClassifierExport(run, task_inputs(run), assets_dir)
         words = {WORDS_SIGNATURE: module.serve_words} if run.family == "ner" else {}
         save_atomically(module, export_dir, {SIGNATURE: module.serve, **words})
-    if hub_dir is not None:
-        with atomic_folder(hub_dir) as staging:  # both SavedModels, or neither
-            hub_export.export_preprocessing(os.path.join(staging, "preprocess"), run.vocab_file, run.do_lower_case,
-                                            run.max_seq_length)
-            hub_export.export_encoder(os.path.join(staging, "encoder"), hub_export.task_encoder(run.model))
-    return export_dir
 
 
 # === Command line ===
@@ -319,7 +332,10 @@ FLAGS = flag_values(
     "mixed_precision",
     own={
         "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py, run_ner.py or run_squad.py run."),
-        "export_dir": Flag(str, None, "Where the SavedModel goes (a new folder)."),
+        "export_dir": Flag(str, None, "Where the SavedModel (or --format's checkpoint) goes (a new folder)."),
+        "format": Flag((SAVED_MODEL, *CHECKPOINT_FORMATS), SAVED_MODEL,
+                       "saved_model: text in, answers out (TF Serving); hf: the transformers task model "
+                       "(BertForSequenceClassification, ...); tf1: the original's checkpoint names."),
         "overwrite": Flag(bool, False, "Replace an existing --export_dir (and --hub_dir)."),
         "hub_dir": Flag(str, None, "Also export the fine-tuned encoder in TF Hub's BERT layout: HUB_DIR/preprocess "
                         "and HUB_DIR/encoder (see bert_tf.hub_export)."),
@@ -335,8 +351,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _export(values: FlagValues) -> None:
     require(values, "model_dir", "export_dir")
-    path = export(values.model_dir, values.export_dir, values.overwrite, values.hub_dir, values.mixed_precision)
-    print(f"exported {values.model_dir} to {path} (signature {SIGNATURE}).")
+    path = export(values.model_dir, values.export_dir, values.overwrite, values.hub_dir, values.mixed_precision,
+                  values.format)
+    what = f"signature {SIGNATURE}" if values.format == SAVED_MODEL else f"{values.format} checkpoint"
+    print(f"exported {values.model_dir} to {path} ({what}).")
 
 
 if __name__ == "__main__":

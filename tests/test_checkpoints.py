@@ -643,8 +643,8 @@ def test_a_fine_tuning_run_is_named_as_one(tmp_path, capsys):
         assert convert.main(["--input", str(given), "--output", str(tmp_path / "out"), "--output_format", "hf"]) == 1
         assert capsys.readouterr().err == (
             f"error: Checkpoint {given} belongs to a fine-tuning run ({run}), not a pre-trained checkpoint; load its "
-            f"fine-tuned model with bert_tf.load_task_model('{run}'), or export it with bert-export --model_dir "
-            f"{run}.\n"
+            f"fine-tuned model with bert_tf.load_task_model('{run}'), or write it as a checkpoint (HF's task model, "
+            f"which is also an --init_checkpoint) with bert-export --model_dir {run} --export_dir DIR --format hf.\n"
         )
 
 

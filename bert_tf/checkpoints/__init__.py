@@ -77,7 +77,8 @@ def detect_format(path: str | os.PathLike, named: str | None = None) -> str:
     if run is not None:  # its checkpoints/ hold a task model, which would read as a damaged TF1 one
         raise BertTfError(
             f"{named} belongs to a fine-tuning run ({run}), not a pre-trained checkpoint; load its fine-tuned "
-            f"model with bert_tf.load_task_model({run!r}), or export it with bert-export --model_dir {run}."
+            f"model with bert_tf.load_task_model({run!r}), or write it as a checkpoint (HF's task model, which is "
+            f"also an --init_checkpoint) with bert-export --model_dir {run} --export_dir DIR --format hf."
         )
     if keras_format.model_file(path):
         return "keras"

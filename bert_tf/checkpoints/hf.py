@@ -162,19 +162,27 @@ def read(directory: str) -> Checkpoint:
 
 
 # === Writing ===
-def write(directory: str, weights: dict[str, np.ndarray], config: BertConfig) -> str:
-    """Writes `model.safetensors` (from TF1 names -> values) and `config.json`; returns the weights file."""
+def write(directory: str, weights: dict[str, np.ndarray], config: BertConfig,
+          task_tensors: dict[str, np.ndarray] | None = None, task_config: dict | None = None) -> str:
+    """Writes `model.safetensors` (from TF1 names -> values) and `config.json`; returns the weights file.
+
+    `task_tensors` (HF names -> values) and `task_config` (`config.json` entries: its
+    `architectures`, `id2label`, ...) make it a task model such as
+    `BertForSequenceClassification`.
+    """
     has_heads = any(HF_NAMING.scope(hf_name(name)[0]) == HEADS for name in weights)
     tensors = {}
     for tf1_name, value in weights.items():
         name, transposed = hf_name(tf1_name)
-        if has_heads and not name.startswith("cls."):
-            name = f"bert.{name}"  # BertForPreTraining keeps the encoder under `bert`
+        if (has_heads or task_tensors) and not name.startswith("cls."):
+            name = f"bert.{name}"  # BertForPreTraining and the task models keep the encoder under `bert`
         tensors[name] = value.T if transposed else value
+    tensors.update(task_tensors or {})
     path = os.path.join(directory, SAFETENSORS_NAME)
     safetensors_io.write(path, tensors, {"format": "pt"})
     hf_config = config.to_hf_dict()
     hf_config["architectures"] = ["BertForPreTraining" if has_heads else "BertModel"]
+    hf_config.update(task_config or {})
     with open(os.path.join(directory, CONFIG_NAME), "w", encoding="utf-8") as handle:
         json.dump(hf_config, handle, indent=2, sort_keys=True)
         handle.write("\n")
