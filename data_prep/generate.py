@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 
 from bert_tf.atomic import incomplete_path, make_folders_of, write_text
 from bert_tf.errors import BertTfError
-from bert_tf.flags import check_output_file
+from bert_tf.flags import check_output_file, setting_changes
 from bert_tf.tokenization import FullTokenizer
 from data_prep.chunks import ChunkProcessor, ChunkResult, ChunkTask, GenerationOptions
 from data_prep.corpus import InputProblems, Span, file_spans, non_empty_files, span_documents
@@ -563,12 +563,9 @@ def _complete(output_file: str, settings: dict) -> bool:
         raise BertTfError(f"--output_file {output_file} exists, but not the record of the settings that made it "
                           f"({settings_path(output_file)}); pass --overwrite to make it again, or give another "
                           "--output_file.") from None
-    changed = [f"{key} was {made_with.get(key)!r}, now {value!r}" for key, value in settings.items()
-               if made_with.get(key) != value and key != "input_files"]
-    if made_with.get("input_files") != settings["input_files"]:
-        changed.append("the input files or their sizes differ")
+    changed = setting_changes(made_with, settings)
     if changed:
-        raise BertTfError(f"--output_file {output_file} exists, made with other settings ({'; '.join(changed)}); "
+        raise BertTfError(f"--output_file {output_file} exists, made with other settings ({changed}); "
                           "pass --overwrite to make it again with these, or give another --output_file.")
     return True
 

@@ -468,7 +468,7 @@ def test_rerun_with_other_settings_refuses_the_shards_it_would_keep(tmp_path):
     with open(corpus, "a", encoding="utf-8") as handle:
         handle.write("One more sentence.\n")
     result = generate(*args)
-    assert result.returncode == 1 and "(the input files or their sizes differ)" in result.stderr
+    assert result.returncode == 1 and "(input_files differ in names or sizes)" in result.stderr
     assert shards[0].read_bytes() == made[0] and not shards[1].exists()  # a refused run touches nothing
     (tmp_path / ".out-00000-of-00002.settings.json").unlink()  # made by an older version, say
     result = generate(*args)
