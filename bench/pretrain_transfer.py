@@ -445,7 +445,7 @@ def init_checkpoint(work: Work, name: str) -> pathlib.Path:
     return work.path("hf", "model") if name == "hf" else work.path(name, "phase2")
 
 
-def fine_tune_once(work: Work, task: Task, init: str, seed: int, args) -> dict:
+def fine_tune_once(work: Work, task: Task, init: str, seed: int, learning_rate: float, args) -> dict:
     """One `run_classifier.py` / `run_ner.py` run (in process); its dev score in points."""
     import shutil
 
@@ -456,7 +456,7 @@ def fine_tune_once(work: Work, task: Task, init: str, seed: int, args) -> dict:
     output = work.path("finetune", f"{init}-{task.name}-{seed}")
     shutil.rmtree(output, ignore_errors=True)  # what a killed run left
     start = [] if init == "random" else [f"--init_checkpoint={init_checkpoint(work, init)}"]
-    epochs, learning_rate = finetune_settings(task, args)
+    epochs = finetune_epochs(task, args)
     flags = [
         f"--task={task.name}", f"--data_dir={data_dir() / task.folder}", f"--output_dir={output}",
         *start, f"--bert_config_file={work.path('finetune_config.json')}",
@@ -475,28 +475,45 @@ def fine_tune_once(work: Work, task: Task, init: str, seed: int, args) -> dict:
     return {"score": score, "scores": scores, "train_seconds": report["train_seconds"]}
 
 
-def finetune_settings(task: Task, args) -> tuple[float, float]:
-    """(epochs, learning rate) a task fine-tunes with: its own, else the command's."""
-    return task.epochs or args.finetune_epochs, task.learning_rate or args.finetune_learning_rate
+def finetune_epochs(task: Task, args) -> float:
+    """The epochs a task fine-tunes for: its own, else the command's."""
+    return task.epochs or args.finetune_epochs
 
 
-def finetune_stage(task: Task, init: str, seed: int, args) -> str:
+def learning_rates(task: Task, args) -> tuple[float, ...]:
+    """The fine-tuning rates a task is tried at: its own, else the command's grid."""
+    return (task.learning_rate,) if task.learning_rate else args.finetune_learning_rate
+
+
+def finetune_stage(task: Task, init: str, seed: int, learning_rate: float, args) -> str:
     """A fine-tuning run's stage name, with its settings: runs with other settings in the same
     work dir (a learning-rate probe after a finished experiment) are new stages, not the old ones."""
-    epochs, learning_rate = finetune_settings(task, args)
     dropout = "" if args.finetune_dropout == FINETUNE_DROPOUT else f"-do{args.finetune_dropout:g}"
-    return f"finetune-{init}-{task.name}-ep{epochs:g}-b{args.finetune_batch_size}-lr{learning_rate:g}{dropout}-{seed}"
+    return (f"finetune-{init}-{task.name}-ep{finetune_epochs(task, args):g}-b{args.finetune_batch_size}"
+            f"-lr{learning_rate:g}{dropout}-{seed}")  # fmt: skip
 
 
-def fine_tune_all(work: Work, tasks: tuple[Task, ...], inits: tuple[str, ...], args) -> dict:
-    results: dict = {}
+def fine_tune_all(work: Work, tasks: tuple[Task, ...], inits: tuple[str, ...], args) -> tuple[dict, dict, dict]:
+    """(scores, chosen rates, every rate's scores): each start of each task is fine-tuned at
+    every rate of the grid, `--seeds` times, and scored at the rate of its best mean dev
+    score, as the paper picks its rate ("the best fine-tuning learning rate on the Dev set")."""
+    scores: dict = {}
+    chosen: dict = {}
+    grid: dict = {}
     for task in tasks:
         for init in inits:
-            for seed in range(1, (task.seeds or args.seeds) + 1):
-                record = work.stage(finetune_stage(task, init, seed, args),
-                                    lambda: fine_tune_once(work, task, init, seed, args))  # fmt: skip
-                results.setdefault(task.name, {}).setdefault(init, []).append(record["score"])
-    return results
+            by_rate = {}
+            for learning_rate in learning_rates(task, args):
+                by_rate[learning_rate] = [
+                    work.stage(finetune_stage(task, init, seed, learning_rate, args),
+                               lambda: fine_tune_once(work, task, init, seed, learning_rate, args))["score"]
+                    for seed in range(1, (task.seeds or args.seeds) + 1)
+                ]  # fmt: skip
+            best = max(by_rate, key=lambda rate: statistics.fmean(by_rate[rate]))
+            scores.setdefault(task.name, {})[init] = by_rate[best]
+            chosen.setdefault(task.name, {})[init] = best
+            grid.setdefault(task.name, {})[init] = {f"{rate:g}": values for rate, values in by_rate.items()}
+    return scores, chosen, grid
 
 
 # === Report ===
@@ -553,6 +570,11 @@ def goals(scores: dict, means: dict, held_out: dict, language: Language) -> dict
 TRAINERS = {"ours": (pretrain_ours, evaluate_ours), "hf": (pretrain_hf, evaluate_hf)}
 
 
+def rates(text: str) -> tuple[float, ...]:
+    """"2e-4" or "2e-4,1e-3": the fine-tuning rates to try."""
+    return tuple(float(rate) for rate in text.split(","))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work_dir", required=True, help="Every stage's output and record; re-run to resume.")
@@ -571,7 +593,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--seeds", type=int, default=3, help="Fine-tuning seeds per task and start.")
     parser.add_argument("--finetune_batch_size", type=int, default=32)
-    parser.add_argument("--finetune_learning_rate", type=float, default=2e-4, help="A task's own rate wins.")
+    parser.add_argument("--finetune_learning_rate", type=rates, default=(2e-4,),
+                        help="The rate, or comma-separated rates each start is tried at (the best on dev is "
+                             "reported, as the paper chooses); a task's own rate wins.")
     parser.add_argument("--finetune_epochs", type=float, default=3.0, help="A task's own epochs win.")
     parser.add_argument("--finetune_dropout", type=float, default=FINETUNE_DROPOUT,
                         help="Fine-tuning's dropout (pre-training runs without).")
@@ -614,7 +638,7 @@ def main() -> None:
         held_out[model.name] = work.stage(f"evaluate-{model.name}", lambda: evaluate(work, model, args))
     nsp_baseline = nsp_majority_baseline(stages["held_out128"])
     inits = (*(model.name for model in language.models), "random")
-    scores = fine_tune_all(work, language.tasks, inits, args)
+    scores, chosen, grid = fine_tune_all(work, language.tasks, inits, args)
     rows, means = summarise(scores, language, inits)
     met = goals(scores, means, held_out, language)
 
@@ -626,6 +650,10 @@ def main() -> None:
     print(f"dev scores in points, mean ± spread (population std) over {args.seeds} seeds"
           + (f" (one seed: {single}):" if single else ":"))
     print_table(rows, ["task", *inits])
+    if len(args.finetune_learning_rate) > 1:
+        print(f"fine-tuning rate chosen on dev (of {', '.join(f'{r:g}' for r in args.finetune_learning_rate)}):")
+        print_table([{"task": task, **{init: f"{rate:g}" for init, rate in rates.items()}}
+                     for task, rates in chosen.items()], ["task", *inits])  # fmt: skip
     speed = [{"stage": name, "minutes": record["stage_minutes"], "examples_per_second": record.get("examples_per_second")}
              for name, record in stages.items()]  # fmt: skip
     print_table(speed, ["stage", "minutes", "examples_per_second"])
@@ -633,7 +661,8 @@ def main() -> None:
     name = "pretrain_transfer" if language.name == "en" else f"pretrain_transfer_{language.name}"
     path = write_json(name, {"args": {k: v for k, v in vars(args).items() if k != "work_dir"}, "stages": stages,
                              "held_out": held_out, "next_sentence_majority_baseline": nsp_baseline,
-                             "scores": scores, "means": means, "goals": met})  # fmt: skip
+                             "scores": scores, "chosen_learning_rate": chosen, "scores_by_learning_rate": grid,
+                             "means": means, "goals": met})  # fmt: skip
     print("wrote", path)
 
 
