@@ -282,7 +282,7 @@ def _write(folder: str, name: str, text: str) -> str:
 def check_export_dir(export_dir: str, overwrite: bool, flag: str = "--export_dir") -> None:
     """Refuses an existing `flag` folder without `--overwrite` (and a file in its place always)."""
     if os.path.isfile(export_dir):
-        raise BertTfError(f"{flag} {export_dir} is a file; give a folder path for the SavedModel.")
+        raise BertTfError(f"{flag} {export_dir} is a file; give a folder path for the export.")
     if blocker := file_in_the_way(export_dir):
         raise BertTfError(f"{flag} {export_dir} cannot be made: {blocker} is a file, not a folder.")
     if os.path.exists(export_dir) and not overwrite:
