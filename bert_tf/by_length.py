@@ -33,12 +33,22 @@ import tensorflow as tf
 ROWS_PER_CALL = 8
 
 
+def round_up(length: Any, multiple_of: int) -> Any:
+    """`length` (an int, or an integer tensor) rounded up to a multiple of `multiple_of`: the
+    one padding rule of the featurisers' batches (`fine_tune.batching`) and the graph's.
+
+    >>> round_up(13, 8), round_up(16, 8)
+    (16, 16)
+    """
+    return (length + multiple_of - 1) // multiple_of * multiple_of
+
+
 def packed_length(lengths: tf.Tensor, seq_length: int | tf.Tensor, multiple_of: int) -> tf.Tensor:
     """The padded length of rows `lengths` long: the longest rounded up to `multiple_of`, at most `seq_length`."""
     seq_length = tf.cast(seq_length, tf.int32)
     # An empty batch is padded to `multiple_of` too: a model's [CLS] must exist (a length 0 failed).
     longest = tf.cast(tf.reduce_max(tf.concat([[1], tf.cast(lengths, tf.int32)], axis=0)), tf.int32)
-    return tf.minimum(seq_length, (longest + multiple_of - 1) // multiple_of * multiple_of)
+    return tf.minimum(seq_length, round_up(longest, multiple_of))
 
 
 def call_by_length(model: Callable, inputs: dict[str, tf.Tensor], output_spec: Any,

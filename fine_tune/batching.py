@@ -32,6 +32,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import tensorflow as tf
 
+from bert_tf.by_length import round_up
 from bert_tf.errors import BertTfError
 from fine_tune.task import Features
 
@@ -89,7 +90,7 @@ def padded_length(longest: int, max_seq_length: int, mode: str, multiple_of: int
     """
     if mode == "fixed":
         return max_seq_length
-    return min(max_seq_length, -(-longest // multiple_of) * multiple_of)
+    return min(max_seq_length, round_up(longest, multiple_of))
 
 
 def pad_batch(features: Features, lengths: np.ndarray, rows: np.ndarray, length: int) -> dict[str, np.ndarray]:
