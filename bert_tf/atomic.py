@@ -7,7 +7,9 @@ The temporary name starts with a dot, so that a glob such as `out-*` given to a 
 never picks up a file still being written, and ends in `.incomplete`, so that one left by
 a crash says what it is (the next run writing that output replaces it). Missing folders
 of an output are made. A folder output (a SavedModel, a checkpoint) is built in a
-temporary folder named the same way and renamed.
+temporary folder `.NAME.incomplete-XXXXXXXX` (a random suffix: one a crash left is not
+reused; delete it) and renamed. Local paths only: a gs:// output goes through
+`tf.io.gfile` (`bert_tf.training.runloop.write_atomically`).
 
 Example:
 >>> import os, tempfile
@@ -17,6 +19,10 @@ Example:
 ('done\\n', ['notes.txt'])
 >>> incomplete_path(os.path.join("out", "part-1.tfrecord")) == os.path.join("out", ".part-1.tfrecord.incomplete")
 True
+>>> write_text("gs://bucket/notes.txt", "done\\n")
+Traceback (most recent call last):
+...
+bert_tf.errors.BertTfError: gs://bucket/notes.txt is not a local path; write it to a local folder and copy it there.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
+
+from bert_tf.errors import BertTfError
 
 
 def incomplete_path(path: str) -> str:
@@ -41,15 +49,28 @@ def atomic_outputs(paths: Sequence[str]) -> Iterator[list[str]]:
     Missing folders of `paths` are made, and removed again (when still empty) if the block fails.
     """
     temporaries = [incomplete_path(path) for path in paths]
-    made = make_folders_of(paths)
+    with folders_of(paths):
+        try:
+            yield temporaries
+            for temporary, path in zip(temporaries, paths):
+                os.replace(temporary, path)
+        except BaseException:
+            for temporary in temporaries:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(temporary)
+            raise
+
+
+@contextlib.contextmanager
+def folders_of(paths: Sequence[str]) -> Iterator[None]:
+    """Makes the missing folders of `paths`; removes them again (when still empty) if the block fails."""
+    for path in paths:
+        if "://" in path:  # os.path would make a local folder "gs:" and write there
+            raise BertTfError(f"{path} is not a local path; write it to a local folder and copy it there.")
+    made = _make_folders_of(paths)
     try:
-        yield temporaries
-        for temporary, path in zip(temporaries, paths):
-            os.replace(temporary, path)
+        yield
     except BaseException:
-        for temporary in temporaries:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(temporary)
         for folder in made:
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
@@ -60,22 +81,21 @@ def atomic_outputs(paths: Sequence[str]) -> Iterator[list[str]]:
 def atomic_folder(path: str) -> Iterator[str]:
     """A temporary folder beside `path`, renamed to `path` when the block completes (an
     existing `path` is replaced; callers decide whether it may be) and removed when it fails."""
-    path = os.path.abspath(path)
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    temporary = tempfile.mkdtemp(dir=parent, prefix=os.path.basename(incomplete_path(path)) + "-")
-    os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide the model from a serving user.
-    try:
-        yield temporary
-        if os.path.exists(path):
-            old = temporary + ".old"
-            os.rename(path, old)
-            os.rename(temporary, path)
-            shutil.rmtree(old)
-        else:
-            os.rename(temporary, path)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
+    with folders_of([path]):
+        path = os.path.abspath(path)
+        temporary = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=os.path.basename(incomplete_path(path)) + "-")
+        os.chmod(temporary, 0o755)  # mkdtemp's 0700 would hide the model from a serving user.
+        try:
+            yield temporary
+            if os.path.exists(path):
+                old = temporary + ".old"
+                os.rename(path, old)
+                os.rename(temporary, path)
+                shutil.rmtree(old)
+            else:
+                os.rename(temporary, path)
+        finally:
+            shutil.rmtree(temporary, ignore_errors=True)
 
 
 def write_text(path: str, text: str) -> None:
@@ -84,7 +104,7 @@ def write_text(path: str, text: str) -> None:
         handle.write(text)
 
 
-def make_folders_of(paths: Sequence[str]) -> list[str]:
+def _make_folders_of(paths: Sequence[str]) -> list[str]:
     """Makes the folders of `paths` that do not exist; returns them, deepest first."""
     made = []
     for path in paths:

@@ -28,7 +28,6 @@ trainable=True)`. Both are written under a temporary name and renamed when compl
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import keras

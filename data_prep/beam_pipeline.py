@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from absl.flags import FlagValues
 
 import data_prep  # noqa: F401  (before bert_tf: keeps bert_tf/__init__, hence Keras, out of this process)
-from bert_tf.atomic import incomplete_path
+from bert_tf.atomic import incomplete_path, write_text
 from bert_tf.errors import BertTfError, run_command
 from bert_tf.flags import HELP_ARGS, Flag, flag_values, help_text, parse, require
 from bert_tf.tokenization import FullTokenizer
@@ -59,7 +59,6 @@ from data_prep.generate import (
     shard_settings,
     statistics,
     validate,
-    write_json,
 )
 
 try:
@@ -201,10 +200,19 @@ class WriteShard(beam.DoFn if beam else object):
         except BaseException:
             writer.abort()
             raise
-        record = FileSystems.create(settings_path(writer.path))
-        record.write(json_text(self.settings).encode("utf-8"))
-        record.close()
+        write_remote(settings_path(writer.path), json_text(self.settings))
         yield writer.path
+
+
+def write_remote(path: str, text: str) -> None:
+    """Writes `text` to `path` on any file system the runner reaches: atomically when local,
+    through Beam's `FileSystems` for gs://, hdfs://... (an object appears when closed)."""
+    if "://" not in path:
+        write_text(path, text)
+        return
+    handle = FileSystems.create(path)
+    handle.write(text.encode("utf-8"))
+    handle.close()
 
 
 METRICS = "bert_tf"
@@ -268,8 +276,8 @@ def _run(values: FlagValues, beam_args: list[str]) -> None:
     build(pipeline, plan, WriteShard(options, tokenizer, output_files, values.gzip, shard_settings(job, plan.sizes)))
     result = pipeline.run()
     result.wait_until_finish()
-    if values.stats_file:
-        write_json(values.stats_file, _statistics(job, plan, result, time.monotonic() - start))
+    if values.stats_file:  # on the runner's file system too (gs://...)
+        write_remote(values.stats_file, json_text(_statistics(job, plan, result, time.monotonic() - start)))
 
 
 if __name__ == "__main__":

@@ -106,7 +106,10 @@ def build_vocab(
     learned = vocab_size - num_unused  # the trainer counts [PAD] and the 4 specials
     pieces = train_wordpiece(files, learned, do_lower_case, min_frequency)
     tokens = bert_layout(pieces, vocab_size, num_unused)
-    write_text(output_file, "\n".join(tokens) + "\n")
+    try:
+        write_text(output_file, "\n".join(tokens) + "\n")
+    except OSError as error:
+        raise BertTfError(f"Cannot write --output_file {output_file}: {error.strerror}.") from None
     return len(tokens)
 
 

@@ -47,7 +47,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
-from bert_tf.atomic import incomplete_path, make_folders_of, write_text
+from bert_tf.atomic import folders_of, incomplete_path, write_text
 from bert_tf.errors import BertTfError
 from bert_tf.flags import check_output_file, setting_changes
 from bert_tf.tokenization import FullTokenizer
@@ -512,9 +512,8 @@ def run(job: Job, progress: bool = True, warn: Callable[[str], None] = _warn) ->
     counts: Counter = Counter()
     tracker = Progress(total_bytes, progress)
     if todo:
-        make_folders_of([job.output_files[k] for k in todo])
-        plan = ChunkPlan(sizes, num_shards)
-        _generate(job, tokenizer, plan, set(todo), settings, problems, counts, tracker, warn)
+        with folders_of([job.output_files[k] for k in todo]):
+            _generate(job, tokenizer, ChunkPlan(sizes, num_shards), set(todo), settings, problems, counts, tracker, warn)
         tracker.update(total_bytes, counts["documents"], counts["instances"], final=True)
     else:
         warn(f"all {num_shards} output file(s) exist; nothing to do (--overwrite redoes them).")
@@ -563,7 +562,9 @@ def _complete(output_file: str, settings: dict) -> bool:
         raise BertTfError(f"--output_file {output_file} exists, but not the record of the settings that made it "
                           f"({settings_path(output_file)}); pass --overwrite to make it again, or give another "
                           "--output_file.") from None
-    changed = setting_changes(made_with, settings)
+    # A setting added since the shard was made counts too: its records cannot vouch for it.
+    unrecorded = [f"{key} not recorded" for key in settings if key not in made_with]
+    changed = ", ".join(filter(None, [setting_changes(made_with, settings), *unrecorded]))
     if changed:
         raise BertTfError(f"--output_file {output_file} exists, made with other settings ({changed}); "
                           "pass --overwrite to make it again with these, or give another --output_file.")

@@ -95,4 +95,6 @@ def export_checkpoint(run: LoadedRun, export_dir: str, format: str) -> str:
             if run.labels:
                 write_text(os.path.join(staging, LABELS_FILE), "".join(f"{label}\n" for label in run.labels))
         shutil.copyfile(run.vocab_file, os.path.join(staging, VOCAB_NAME))
+    if format == "tf1":
+        tf1.warn_unless_original_activation(run.config, export_dir)
     return export_dir

@@ -295,6 +295,8 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
     layout to `hub_dir/preprocess` and `hub_dir/encoder`), computing in `mixed_precision`
     (`load_run`'s); returns the export's path. `format` "hf" or "tf1" writes a checkpoint
     instead of the SavedModel (`fine_tune.checkpoint_export`)."""
+    if format not in (SAVED_MODEL, *CHECKPOINT_FORMATS):
+        raise BertTfError(f"Unknown export format {format!r}; use one of {', '.join((SAVED_MODEL, *CHECKPOINT_FORMATS))}.")
     check_export_dir(export_dir, overwrite)
     if path_within(model_dir, export_dir):  # replacing the export would delete the run
         raise BertTfError(f"--export_dir {export_dir} holds --model_dir {model_dir}; give a folder outside the run.")

@@ -194,6 +194,26 @@ def test_tf1_export_has_the_original_head_names_read_by_model_garden(runs, task)
     assert (export_dir / "vocab.txt").read_bytes() == pathlib.Path(loaded.vocab_file).read_bytes()
 
 
+def test_a_tf1_export_warns_of_an_activation_the_original_cannot_read(runs, tmp_path):
+    import dataclasses
+
+    from fine_tune.checkpoint_export import export_checkpoint
+
+    loaded = load_run(str(runs["mrpc"]))
+    exact = dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, hidden_act="gelu_exact"))
+    with pytest.warns(UserWarning, match=f"bert_config.json in {tmp_path / 'tf1'} says hidden_act='gelu_exact'"):
+        export_checkpoint(exact, str(tmp_path / "tf1"), "tf1")
+
+
+def test_an_unknown_format_is_refused_before_anything_is_read(runs, tmp_path):
+    from bert_tf.errors import BertTfError
+    from fine_tune.export import export
+
+    with pytest.raises(BertTfError, match="^Unknown export format 'HF'; use one of saved_model, hf, tf1.$"):
+        export(str(runs["mrpc"]), str(tmp_path / "out"), format="HF")
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_existing_checkpoint_export_needs_overwrite(runs, capsys):
     export_dir = exported(runs["mrpc"], "tf1")
     assert main([f"--model_dir={runs['mrpc']}", f"--export_dir={export_dir}", "--format=tf1"]) == 1

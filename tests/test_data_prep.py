@@ -339,11 +339,11 @@ def test_a_failing_worker_stops_the_run_and_leaves_no_file(tmp_path, monkeypatch
     monkeypatch.setattr(ChunkProcessor, "process", fails_in_the_child)
     out = tmp_path / "out"
     out.mkdir()
-    job = generation.Job([str(corpus)], [str(out / f"s{k}") for k in range(2)], str(shared_file(UNCASED)),
+    job = generation.Job([str(corpus)], [str(out / "new" / f"s{k}") for k in range(2)], str(shared_file(UNCASED)),
                          options=GenerationOptions(dupe_factor=1), num_workers=2)
     with pytest.raises(BertTfError, match="worker 1 could not go on"):
         generation.run(job, progress=False)
-    assert sorted(out.iterdir()) == []
+    assert sorted(out.iterdir()) == []  # the folder it made for its shards too
 
 
 def test_rerun_skips_complete_shards_and_redoes_the_rest(tmp_path):
@@ -470,6 +470,10 @@ def test_rerun_with_other_settings_refuses_the_shards_it_would_keep(tmp_path):
     result = generate(*args)
     assert result.returncode == 1 and "(input_files differ in names or sizes)" in result.stderr
     assert shards[0].read_bytes() == made[0] and not shards[1].exists()  # a refused run touches nothing
+    record = tmp_path / ".out-00000-of-00002.settings.json"  # as a version before --masked_lm_prob was kept wrote it
+    record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "masked_lm_prob"}))
+    result = generate(*args)
+    assert result.returncode == 1 and "masked_lm_prob not recorded" in result.stderr, result.stderr
     (tmp_path / ".out-00000-of-00002.settings.json").unlink()  # made by an older version, say
     result = generate(*args)
     assert result.returncode == 1 and "exists, but not the record of the settings that made it" in result.stderr

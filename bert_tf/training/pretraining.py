@@ -71,6 +71,7 @@ from bert_tf.training.runloop import (
     OutputDir,
     RunCheckpoint,
     dtype_policy,
+    write_atomically,
     write_results,
     write_scalars,
 )
@@ -277,7 +278,8 @@ class PretrainingRun:
 
     def write_config(self) -> None:
         if self.output.chief:
-            self.options.bert_config.to_json_file(os.path.join(self.output.path, CONFIG_NAME))
+            # Through tf.io.gfile: the output dir may be gs://.
+            write_atomically(os.path.join(self.output.path, CONFIG_NAME), self.options.bert_config.to_json_string())
 
     # === Training ===
     def train(self, until: int | None = None) -> None:
