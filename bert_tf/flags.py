@@ -265,21 +265,24 @@ def check_output_file(path: str, flag: str) -> None:
     """
     if os.path.isdir(path):
         raise BertTfError(f"{flag} {path} is a folder; give a file name.")
-    if blocker := file_in_the_way(path):
-        raise BertTfError(f"{flag} {path} cannot be made: {blocker} is a file, not a folder.")
-    folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
+    folder = _nearest_existing_parent(path)
+    if not os.path.isdir(folder):
+        raise BertTfError(f"{flag} {path} cannot be made: {folder} is a file, not a folder.")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise BertTfError(f"Cannot write {flag} {path}: the folder {folder} is not writable.")
 
 
 def file_in_the_way(path: str) -> str | None:
     """The file (not folder) among the parents of `path` that would stop it being created, if any."""
+    parent = _nearest_existing_parent(path)
+    return None if os.path.isdir(parent) else parent
+
+
+def _nearest_existing_parent(path: str) -> str:
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
-    return None if os.path.isdir(parent) else parent
+    return parent
 
 
 def help_text(values: flags.FlagValues, description: str) -> str:

@@ -126,3 +126,8 @@ class BertPretrainer(keras.Model):
         config = dict(config)
         config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
         return cls(**config)
+
+
+def encoder_of(model: BertEncoder | BertPretrainer) -> BertEncoder:
+    """The encoder of a `BertPretrainer`, or `model` itself."""
+    return model.encoder if isinstance(model, BertPretrainer) else model

@@ -45,7 +45,7 @@ import tensorflow as tf
 from absl.flags import FlagValues
 
 from bert_tf import hub_export, tokenization
-from bert_tf.atomic import atomic_folder
+from bert_tf.atomic import atomic_folder, write_text
 from bert_tf.errors import BertTfError
 from bert_tf.flags import Flag, file_in_the_way, flag_values, path_within, require, run_main
 from bert_tf.hub_export import save_atomically, serving_function
@@ -59,6 +59,7 @@ SIGNATURE = "serving_default"
 WORDS_SIGNATURE = "tag_words"  # a tagger's signature for text already cut into words
 EXPORT_INFO = "bert_export.json"
 SAVED_MODEL = "saved_model"
+FORMATS = (SAVED_MODEL, *CHECKPOINT_FORMATS)
 
 
 # === What the task takes ===
@@ -261,9 +262,9 @@ def _attach_info(module: tf.Module, run: LoadedRun, inputs: tuple[str, ...], ass
     info = {"task": run.task.name, "family": run.family, "labels": list(run.labels), "inputs": list(inputs),
             "do_lower_case": run.do_lower_case, "max_seq_length": run.max_seq_length,
             "mixed_precision": run.mixed_precision, "task_config": dataclasses.asdict(run.task_config)}
-    module.info_file = tf.saved_model.Asset(_write(assets_dir, EXPORT_INFO, json.dumps(info, indent=2) + "\n"))
+    module.info_file = tf.saved_model.Asset(_asset(assets_dir, EXPORT_INFO, json.dumps(info, indent=2) + "\n"))
     if run.labels:
-        module.labels_file = tf.saved_model.Asset(_write(assets_dir, LABELS_FILE, "".join(f"{l}\n" for l in run.labels)))
+        module.labels_file = tf.saved_model.Asset(_asset(assets_dir, LABELS_FILE, "".join(f"{l}\n" for l in run.labels)))
         initializer = tf.lookup.TextFileInitializer(
             module.labels_file, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER,
             tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
@@ -271,10 +272,10 @@ def _attach_info(module: tf.Module, run: LoadedRun, inputs: tuple[str, ...], ass
         module.label_names = tf.lookup.StaticHashTable(initializer, default_value="")
 
 
-def _write(folder: str, name: str, text: str) -> str:
+def _asset(folder: str, name: str, text: str) -> str:
+    """Writes the asset file `name` into `folder`; returns its path."""
     path = os.path.join(folder, name)
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    write_text(path, text)
     return path
 
 
@@ -295,8 +296,8 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
     layout to `hub_dir/preprocess` and `hub_dir/encoder`), computing in `mixed_precision`
     (`load_run`'s); returns the export's path. `format` "hf" or "tf1" writes a checkpoint
     instead of the SavedModel (`fine_tune.checkpoint_export`)."""
-    if format not in (SAVED_MODEL, *CHECKPOINT_FORMATS):
-        raise BertTfError(f"Unknown export format {format!r}; use one of {', '.join((SAVED_MODEL, *CHECKPOINT_FORMATS))}.")
+    if format not in FORMATS:
+        raise BertTfError(f"Unknown export format {format!r}; use one of {', '.join(FORMATS)}.")
     check_export_dir(export_dir, overwrite)
     if path_within(model_dir, export_dir):  # replacing the export would delete the run
         raise BertTfError(f"--export_dir {export_dir} holds --model_dir {model_dir}; give a folder outside the run.")
@@ -335,7 +336,7 @@ FLAGS = flag_values(
     own={
         "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py, run_ner.py or run_squad.py run."),
         "export_dir": Flag(str, None, "Where the SavedModel (or --format's checkpoint) goes (a new folder)."),
-        "format": Flag((SAVED_MODEL, *CHECKPOINT_FORMATS), SAVED_MODEL,
+        "format": Flag(FORMATS, SAVED_MODEL,
                        "saved_model: text in, answers out (TF Serving); hf: the transformers task model "
                        "(BertForSequenceClassification, ...); tf1: the original's checkpoint names."),
         "overwrite": Flag(bool, False, "Replace an existing --export_dir (and --hub_dir)."),

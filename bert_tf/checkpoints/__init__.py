@@ -45,7 +45,7 @@ from bert_tf.checkpoints.base import VOCAB_NAME, Checkpoint
 from bert_tf.config import BertConfig
 from bert_tf.encoder import BertEncoder
 from bert_tf.errors import BertTfError
-from bert_tf.pretrainer import BertPretrainer
+from bert_tf.pretrainer import BertPretrainer, encoder_of
 
 FORMATS = ("tf1", "hf", "keras")  # what `save` writes
 _READERS = {"tf1": tf1.read, "hf": hf.read, "keras": keras_format.read, "training": training_format.read}
@@ -288,7 +288,7 @@ def load_into(model: BertEncoder | BertPretrainer, path: str | os.PathLike, *, f
     """
     path = hf.directory_of(os.fspath(path))
     named = f"{flag} {path}" if flag else f"The checkpoint {path}"
-    ours = (model.encoder if isinstance(model, BertPretrainer) else model).bert_config
+    ours = encoder_of(model).bert_config
     if detect_format(path, named) == "training":
         prefix, config, config_file = training_format.read_config(path)
         _check_size(named, config, config_file, ours)
@@ -310,7 +310,7 @@ def _check_size(named: str, theirs: BertConfig, config_source: str, ours: BertCo
 
 # === Writing ===
 def _write(model: BertEncoder | BertPretrainer, directory: str, format: str) -> None:
-    encoder = model.encoder if isinstance(model, BertPretrainer) else model
+    encoder = encoder_of(model)
     if format == "keras":
         keras_format.write(directory, model)
         return
@@ -346,6 +346,5 @@ def save(
         if vocab_file is not None:
             shutil.copyfile(vocab_file, os.path.join(temporary, VOCAB_NAME))
     if format == "tf1":
-        encoder = model.encoder if isinstance(model, BertPretrainer) else model
-        tf1.warn_unless_original_activation(encoder.bert_config, path)
+        tf1.warn_unless_original_activation(encoder_of(model).bert_config, path)
     return path

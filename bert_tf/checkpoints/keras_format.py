@@ -25,7 +25,7 @@ from bert_tf.checkpoints.base import Checkpoint, first_line, vocab_beside
 from bert_tf.checkpoints.tf1 import CONFIG_NAME
 from bert_tf.encoder import BertEncoder
 from bert_tf.errors import BertTfError
-from bert_tf.pretrainer import BertPretrainer
+from bert_tf.pretrainer import BertPretrainer, encoder_of
 
 MODEL_NAME = "model.keras"
 
@@ -50,7 +50,7 @@ def read(path: str) -> Checkpoint:
         raise BertTfError(f"{file} cannot be loaded as a Keras model ({first_line(error)}).") from None
     if not isinstance(model, (BertEncoder, BertPretrainer)):
         raise BertTfError(f"{file} holds a {type(model).__name__}, not a bert_tf BertEncoder or BertPretrainer.")
-    encoder = model.encoder if isinstance(model, BertPretrainer) else model
+    encoder = encoder_of(model)
     weights = names.collect(names.model_slots(model))
     vocab_file = vocab_beside(os.path.dirname(file))
     return Checkpoint("keras", file, encoder.bert_config, file, weights, names.TF1_NAMING, vocab_file)
@@ -60,6 +60,6 @@ def write(directory: str, model: BertEncoder | BertPretrainer) -> str:
     """Saves `model` as `model.keras` plus `bert_config.json`; returns the `.keras` path."""
     path = os.path.join(directory, MODEL_NAME)
     model.save(path)
-    encoder = model.encoder if isinstance(model, BertPretrainer) else model
+    encoder = encoder_of(model)
     encoder.bert_config.to_json_file(os.path.join(directory, CONFIG_NAME))
     return path
