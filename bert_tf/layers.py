@@ -151,6 +151,45 @@ class AttentionMaskAdder(keras.layers.Layer):
         return keras.KerasTensor(self.compute_output_shape(input_mask.shape), dtype="float32")
 
 
+# === Projections ===
+@keras.saving.register_keras_serializable(package="bert_tf")
+class PositionwiseDense(keras.layers.Dense):
+    """`Dense` over the last axis of [batch, positions, width], computed as one batch matmul.
+
+    Why: TensorFlow runs a `Dense` of a 3-D input as a 2-D MatMul, which oneDNN executes
+    through its sgemm API, and that API ignores oneDNN's bf16 math mode
+    (`TF_SET_ONEDNN_FPMATH_MODE=BF16`: a float32 model whose matmuls run in bfloat16, on
+    AMX where the CPU has it, everything else staying float32; `bert_tf.onednn`). The same
+    product as a [1, rows, width] x [1, width, units] batch matmul goes through oneDNN's
+    matmul primitive, which honours the mode. Measured on an Intel Xeon with AMX
+    (MiniLM-L6 shape, forward of 32 x 64 tokens): float32 197 ms either way, 108 ms in the
+    bf16 math mode (the `mixed_bfloat16` policy: 124 ms); training steps unchanged. The
+    broadcast form, [batch, positions, width] x [width, units], is not used: its gradient
+    materialises a [batch, width, units] array per projection and ran out of memory.
+
+    Example (the numbers are `Dense`'s):
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).standard_normal((2, 4, 5)).astype("float32")
+    >>> layer, reference = PositionwiseDense(3), keras.layers.Dense(3)
+    >>> layer.build(x.shape), reference.build(x.shape)
+    (None, None)
+    >>> reference.set_weights(layer.get_weights())
+    >>> bool(np.allclose(ops.convert_to_numpy(layer(x)), ops.convert_to_numpy(reference(x)), atol=1e-6))
+    True
+    """
+
+    def call(self, inputs, training=None):
+        if len(inputs.shape) != 3:
+            return super().call(inputs, training=training)
+        batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
+        rows = ops.reshape(inputs, (1, -1, inputs.shape[-1]))
+        kernel = ops.expand_dims(ops.cast(self.kernel, self.compute_dtype), 0)
+        outputs = ops.reshape(ops.matmul(rows, kernel), (batch, length, self.units))
+        if self.bias is not None:
+            outputs = ops.add(outputs, self.bias)
+        return outputs if self.activation is None else self.activation(outputs)
+
+
 # === Transformer block ===
 @keras.saving.register_keras_serializable(package="bert_tf")
 class TransformerBlock(keras.layers.Layer):
@@ -187,8 +226,8 @@ class TransformerBlock(keras.layers.Layer):
         self.initializer_range = initializer_range
         self.head_size = hidden_size // num_heads
 
-        def dense(width: int, name: str, act=None) -> keras.layers.Dense:
-            return keras.layers.Dense(
+        def dense(width: int, name: str, act=None) -> PositionwiseDense:
+            return PositionwiseDense(
                 width,
                 activation=act,
                 kernel_initializer=truncated_normal(initializer_range),

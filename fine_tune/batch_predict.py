@@ -24,8 +24,11 @@ first is predicted, so a bad line (not valid JSON, not UTF-8, of the wrong shape
 and line named) stops the run at once; the output is written under a temporary name
 and renamed when complete, so a failure leaves no partial output (nor a new folder).
 SQuAD 2.0 and other task flags the run does not record go in `--setting name=value` (e.g.
-`--setting version_2_with_negative=true`). `--mixed_precision=bf16` computes in bfloat16
-(a run dir; an export computes in what `bert-export --mixed_precision` gave it).
+`--setting version_2_with_negative=true`). `--mixed_precision=bf16` computes in bfloat16:
+where TensorFlow takes oneDNN's bf16 math mode (a CPU with AVX512-BF16 or AMX), a float32
+model whose matmuls run in bfloat16 (`bert_tf.onednn`: a run dir or a float32 export);
+elsewhere a run dir's model under the `mixed_bfloat16` policy (an export computes in what
+`bert-export --mixed_precision` gave it).
 """
 
 from __future__ import annotations
@@ -196,10 +199,15 @@ def predict_file(args: FlagValues) -> int:
     """Writes the predictions of every input of `--input_file`; returns how many."""
     extension = _check(args)
     # Imported here: the flags are checked (and --help answered) without loading TensorFlow.
+    from bert_tf.onednn import enable_bf16_math
     from bert_tf.progress import progress_bar
     from fine_tune.predictor import load_task_model
 
-    model = load_task_model(args.model_dir, batch_size=args.batch_size, mixed_precision=args.mixed_precision,
+    precision = args.mixed_precision
+    if precision == "bf16" and enable_bf16_math():  # before any model: the mode is taken at the first matmul
+        precision = "none"
+        print("bf16: oneDNN's bf16 math mode (a float32 model, its matmuls in bfloat16).", file=sys.stderr)
+    model = load_task_model(args.model_dir, batch_size=args.batch_size, mixed_precision=precision,
                             **settings_of(args.setting))
     progress = progress_bar(check_rows(args.input_file, extension, model, args.chunk_size), "rows")
     written = truncated = 0

@@ -47,6 +47,19 @@ def shared_data() -> pathlib.Path:
     return path
 
 
+def cpu_flags() -> set[str]:
+    cpuinfo = pathlib.Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    return {flag for line in lines if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+# A test of oneDNN's bf16 math mode (bert_tf.onednn), which needs a CPU with bf16 instructions.
+needs_bf16_cpu = pytest.mark.skipif(
+    not cpu_flags() & {"avx512_bf16", "amx_bf16"},
+    reason="this CPU has neither AVX512-BF16 nor AMX, where oneDNN runs bf16 matmuls",
+)
+
+
 # === The project in a subprocess ===
 class ProjectProcesses:
     """Runs `python ARGS` as a user of the checkout does: from its root, with it on PYTHONPATH

@@ -25,7 +25,7 @@ from bert_tf.tokenization import BasicTokenizer, FullTokenizer
 from fine_tune import batch_predict
 from fine_tune.predictor import Classifier, QuestionAnswerer, load_task_model, split_words
 from fine_tune.tagging import iob1_to_iob2, iob2_to_iob1, read_conll
-from tests.conftest import shared_file
+from tests.conftest import needs_bf16_cpu, shared_file
 from tests.test_fine_tune_tasks import conll_slice, fine_tune, read_rows, slice_of, write_rows
 from tests.test_squad_run import dev_slice, read_json, squad
 
@@ -350,6 +350,28 @@ def test_bf16_predicts_in_bfloat16_near_float32(mrpc, capsys, tmp_path):
     assert [r["probabilities"] for r in read_jsonl(tmp_path / "bf16.jsonl")] == [list(r.probabilities) for r in got]
     with pytest.raises(BertTfError, match=r"^Unknown --mixed_precision 'fp8'; use one of none, bf16, fp16\.$"):
         load_task_model(mrpc / "out", mixed_precision="fp8")
+
+
+@needs_bf16_cpu
+def test_bert_predict_bf16_in_its_own_process_takes_onednn_bf16_math(mrpc, project, tmp_path):
+    """bert-predict --mixed_precision=bf16 as a user runs it (its own process): oneDNN's bf16
+    math mode, said on stderr; probabilities float32's to bf16's precision (not equal), the
+    same labels where float32's margin is wider than the gap. (In the test process above,
+    which had run matmuls, it fell back to the mixed_bfloat16 policy.)"""
+    pairs = [(row[3], row[4]) for row in read_rows(mrpc / "data" / "test.tsv")[1:]]
+    write_rows(tmp_path / "pairs.tsv", [list(pair) for pair in pairs])
+    done = project.run("-m", "fine_tune.batch_predict", f"--model_dir={mrpc / 'out'}",
+                       f"--input_file={tmp_path / 'pairs.tsv'}", f"--output_file={tmp_path / 'bf16.jsonl'}",
+                       "--mixed_precision=bf16")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "bf16: oneDNN's bf16 math mode (a float32 model, its matmuls in bfloat16)." in done.stderr
+    got = np.array([r["probabilities"] for r in read_jsonl(tmp_path / "bf16.jsonl")])
+    expected = load_task_model(mrpc / "out").predict(pairs)
+    gap = np.abs(got - [r.probabilities for r in expected])
+    assert 0 < gap.max() < 2e-2
+    margin = np.abs(np.diff([r.probabilities for r in expected], axis=1))[:, 0]
+    assert all(r["label"] == e.label for r, e, m in zip(read_jsonl(tmp_path / "bf16.jsonl"), expected, margin)
+               if m > 2 * gap.max())
 
 
 # === Bad input: one sentence each ===
