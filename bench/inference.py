@@ -19,6 +19,10 @@ itself (SST-2 sentences, MRPC pairs) and returns label names:
 - `ours_savedmodel_bf16_math`: the same SavedModel in a process started with
   `TF_SET_ONEDNN_FPMATH_MODE=BF16` (oneDNN's bf16 math mode: the float32 model's matmuls
   in bfloat16, on AMX where the CPU has it; `bert_tf.onednn`);
+- `ours_predictor_xla`, `ours_savedmodel_xla`: the predictor with `jit_compile=True` and a
+  `bert-export --jit_compile` SavedModel (fresh process): the model through XLA, each
+  new batch shape compiled once (the first pass over the dev set compiles the batch-32
+  shapes; batch-1 shapes compile during the latency rows, so they show in p99, not p50);
 - `ours_predictor_bf16_math`: the float32 predictor in a process of its own that took
   that mode (`bert_tf.onednn.enable_bf16_math`, as `bert-predict --mixed_precision=bf16`
   does), over the same kind of pipe.
@@ -123,14 +127,14 @@ def hf_classifier(run, hf_dir: pathlib.Path):
     return model.eval(), tokenizer
 
 
-def saved_model(run_dir: pathlib.Path, export_dir: pathlib.Path) -> dict:
+def saved_model(run_dir: pathlib.Path, export_dir: pathlib.Path, jit_compile: bool = False) -> dict:
     """Our bert-export SavedModel of the run, exported once; {"export_seconds"} when exported now."""
     from fine_tune import export
 
     if export_dir.is_dir():
         return {}
     start = time.perf_counter()
-    export.export(str(run_dir), str(export_dir))
+    export.export(str(run_dir), str(export_dir), jit_compile=jit_compile)
     return {"export_seconds": time.perf_counter() - start}
 
 
@@ -365,7 +369,7 @@ def goals(results: dict[str, dict], rows: int) -> dict[str, bool]:
     the same labels; each of our bf16 routes >= 2x its fp32 twin's throughput with >= 99.5% of its labels."""
     hf = results["hf"]
     checks = {}
-    for name in ("ours_savedmodel", "ours_predictor"):
+    for name in ("ours_savedmodel", "ours_predictor", "ours_savedmodel_xla", "ours_predictor_xla"):
         ours = results[name]
         checks[f"{name}_batch32_1.5x_hf"] = ours["batch32_per_s"] >= 1.5 * hf["batch32_per_s"]
         checks[f"{name}_batch1_p50_le_hf"] = ours["batch1_p50_ms"] <= hf["batch1_p50_ms"]
@@ -399,6 +403,7 @@ def bench_task(task: str, args: argparse.Namespace) -> dict:
     cache = pathlib.Path(args.cache_dir) / task
     run_dir, fine_tuning = fine_tuned_run(task, pathlib.Path(args.cache_dir), args.train_rows)
     export_info = saved_model(run_dir, cache / "saved_model")
+    saved_model(run_dir, cache / "saved_model_xla", jit_compile=True)
     classifier = bert_tf.load_task_model(run_dir, batch_size=BATCH)
     labels = classifier.labels
     hf_model, tokenizer = hf_classifier(classifier.run, cache / "hf")
@@ -406,6 +411,7 @@ def bench_task(task: str, args: argparse.Namespace) -> dict:
     saved_model_argv = [sys.executable, "-I", "-c", SAVED_MODEL_CHILD, str(cache / "saved_model")]
     children = {
         "ours_savedmodel": Child(saved_model_argv),
+        "ours_savedmodel_xla": Child([*saved_model_argv[:-1], str(cache / "saved_model_xla")]),
         "ours_savedmodel_bf16_math": Child(saved_model_argv, env={"TF_SET_ONEDNN_FPMATH_MODE": "BF16"}),
         "ours_predictor_bf16_math": Child([sys.executable, "-c", PREDICTOR_CHILD, str(run_dir), str(BATCH)],
                                           env={"PYTHONPATH": str(pathlib.Path(__file__).resolve().parent.parent)}),
@@ -419,6 +425,7 @@ def bench_task(task: str, args: argparse.Namespace) -> dict:
         "hf": hf_predict(hf_model, tokenizer, labels, bf16=False),
         "hf_bf16": hf_predict(hf_model, tokenizer, labels, bf16=True),
         "ours_predictor": ours_predict(classifier),
+        "ours_predictor_xla": ours_predict(bert_tf.load_task_model(run_dir, batch_size=BATCH, jit_compile=True)),
         "ours_predictor_bf16": ours_predict(
             bert_tf.load_task_model(run_dir, batch_size=BATCH, mixed_precision="bf16")),
         **children,

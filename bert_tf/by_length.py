@@ -52,7 +52,7 @@ def packed_length(lengths: tf.Tensor, seq_length: int | tf.Tensor, multiple_of: 
 
 
 def call_by_length(model: Callable, inputs: dict[str, tf.Tensor], output_spec: Any,
-                   rows_per_call: int = ROWS_PER_CALL, multiple_of: int = 8) -> Any:
+                   rows_per_call: int = ROWS_PER_CALL, multiple_of: int = 8, jit_compile: bool = False) -> Any:
     """`model(inputs, training=False)`, run on `rows_per_call` rows of similar length at a time.
 
     `inputs` are `[batch, positions]` tensors with an `input_mask`. `output_spec` is the
@@ -60,8 +60,14 @@ def call_by_length(model: Callable, inputs: dict[str, tf.Tensor], output_spec: A
     `output`, or `model.compute_output_spec` of symbolic inputs); outputs whose second
     axis is not fixed (the positions) are padded back to `inputs`' length with zeros.
     All come back in the rows' own order. A batch of at most `rows_per_call` rows is one
-    call.
+    call. `jit_compile` runs each call through XLA, which fuses the model's few hundred
+    small ops into a few kernels: faster for small calls (MiniLM-L6, Intel Xeon: a batch
+    of one 9.6 -> 7.4 ms, 8 x 32 tokens 37.5 -> 30.5 ms, 8 x 128 equal), at the price of a
+    compilation (~1.2 s) the first time each (rows, padded length) shape comes.
     """
+    if jit_compile:
+        uncompiled = model
+        model = tf.function(lambda batch, training=False: uncompiled(batch, training=False), jit_compile=True)
     lengths = tf.reduce_sum(tf.cast(inputs["input_mask"], tf.int32), axis=1)
     rows, full_length = tf.size(lengths), tf.shape(inputs["input_mask"])[1]
     specs = tf.nest.flatten(output_spec)

@@ -248,12 +248,14 @@ class BertPreprocessor(keras.layers.Layer):
         return outputs
 
     # --- Running a model ---
-    def call_by_length(self, model: Callable, inputs: dict[str, tf.Tensor], output_spec: Any = None) -> Any:
-        """`model(inputs, training=False)` on rows of similar length, 8 at a time (`bert_tf.by_length`):
-        a served batch comes in the client's order. `output_spec` defaults to a functional
-        model's `output`."""
+    def call_by_length(self, model: Callable, inputs: dict[str, tf.Tensor], output_spec: Any = None,
+                       jit_compile: bool = False) -> Any:
+        """`model(inputs, training=False)` on rows of similar length, 8 at a time (`bert_tf.by_length`,
+        through XLA with `jit_compile`): a served batch comes in the client's order.
+        `output_spec` defaults to a functional model's `output`."""
         output_spec = model.output if output_spec is None else output_spec
-        return by_length.call_by_length(model, inputs, output_spec, multiple_of=self.pad_to_multiple_of)
+        return by_length.call_by_length(model, inputs, output_spec, multiple_of=self.pad_to_multiple_of,
+                                        jit_compile=jit_compile)
 
     # --- Keras ---
     def call(self, inputs: tf.Tensor | Sequence[tf.Tensor]) -> dict[str, tf.Tensor]:

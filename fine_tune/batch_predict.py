@@ -63,7 +63,7 @@ class Row:
 
 # === Flags ===
 FLAGS = flag_values(
-    "input_file", "output_file", "mixed_precision",
+    "input_file", "output_file", "mixed_precision", "jit_compile",
     own={
         "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py, run_ner.py or run_squad.py run, or a "
                           "bert-export folder."),
@@ -74,6 +74,8 @@ FLAGS = flag_values(
     },
 )  # fmt: skip
 set_help(FLAGS, "input_file", "The file of inputs, one a line: .txt, .tsv or .jsonl (see above).")
+set_help(FLAGS, "jit_compile", "Predict through XLA (a run dir): faster small batches, each new batch shape "
+         "compiled once (~1 s) the first time it comes (bert_tf.by_length).")
 
 
 def settings_of(pairs: Sequence[str]) -> dict[str, str]:
@@ -208,7 +210,7 @@ def predict_file(args: FlagValues) -> int:
         precision = "none"
         print("bf16: oneDNN's bf16 math mode (a float32 model, its matmuls in bfloat16).", file=sys.stderr)
     model = load_task_model(args.model_dir, batch_size=args.batch_size, mixed_precision=precision,
-                            **settings_of(args.setting))
+                            jit_compile=args.jit_compile, **settings_of(args.setting))
     progress = progress_bar(check_rows(args.input_file, extension, model, args.chunk_size), "rows")
     written = truncated = 0
     try:

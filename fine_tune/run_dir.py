@@ -58,6 +58,7 @@ class LoadedRun:
         model: the Keras task model with the fine-tuned weights.
         weights: the weights file that was loaded.
         mixed_precision: what the model computes in ("none": float32, "bf16", "fp16").
+        jit_compile: whether predictions run the model through XLA (`bert_tf.by_length`).
     """
 
     run_dir: str
@@ -71,6 +72,7 @@ class LoadedRun:
     model: keras.Model
     weights: str
     mixed_precision: str = "none"
+    jit_compile: bool = False
 
     @property
     def max_seq_length(self) -> int:
@@ -125,7 +127,7 @@ def _task(run_dir: str, settings: dict[str, Any]) -> tuple[Task, TaskConfig, Run
 
 def load_run(
     run_dir: str | os.PathLike, prefer_best: bool = True, families: tuple[str, ...] | None = None,
-    mixed_precision: str = "none", **settings: Any,
+    mixed_precision: str = "none", jit_compile: bool = False, **settings: Any,
 ) -> LoadedRun:
     """The task model of a finished run, with its fine-tuned weights.
 
@@ -138,6 +140,8 @@ def load_run(
         mixed_precision: "bf16" (or "fp16") builds the model in that compute dtype, its
             variables, LayerNorm, softmax and head float32 (a `--mixed_precision` value; the
             default "none" is float32 whatever the run trained in).
+        jit_compile: predict through XLA (faster small batches; each new batch shape
+            compiles once, ~1 s: `bert_tf.by_length`).
         **settings: fields of the task's config to change, by name (e.g.
             `null_score_diff_threshold=-1.5`).
 
@@ -162,4 +166,4 @@ def load_run(
     load_fine_tuned(model, weights, f"{cli.CONFIG_FILE} and {registry.RUN_FILE} beside it",
                     "the run dir's files come from different runs.")
     return LoadedRun(run_dir, task_config.family, task, task_config, run_config, labels, config, tokenizer, model,
-                     weights, mixed_precision)
+                     weights, mixed_precision, jit_compile)

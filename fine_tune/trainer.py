@@ -80,6 +80,7 @@ class TrainingConfig:
     seed: int = 12345
     jit_compile: bool = False
     mixed_precision: str = "none"
+    predict_jit_compile: bool = False  # predictions through XLA (`bert_tf.by_length`); not the train step's
 
 
 # === Weights on disk ===
@@ -319,7 +320,8 @@ class FineTuningTrainer:
             run_model = functools.partial(self.model, training=False)
         else:
             run_model = functools.partial(by_length.call_by_length, self.model, output_spec=self._output_spec,
-                                          multiple_of=self.config.pad_to_multiple_of)
+                                          multiple_of=self.config.pad_to_multiple_of,
+                                          jit_compile=self.config.predict_jit_compile)
         return self.strategy.run(forward, args=(batch,))
 
     @functools.cached_property

@@ -330,6 +330,37 @@ def test_a_bf16_export_answers_as_the_bf16_predictor(mrpc, tmp_path):
         load_task_model(tmp_path / "bf16", mixed_precision="bf16")
 
 
+def xla_functions(graph_def) -> int:
+    """How many functions of a graph's library XLA must compile (`tf.function(jit_compile=True)`)."""
+    return sum(f.attr["_XlaMustCompile"].b for f in graph_def.library.function)
+
+
+def test_an_xla_export_answers_as_the_keras_model_in_a_fresh_python(mrpc, tmp_path):
+    """`bert-export --jit_compile`: the model runs through XLA in the served graph, and a fresh
+    TF-only process gets the Keras model's answers (as does `load_task_model(jit_compile=True)`);
+    recorded in bert_export.json, fixed for the export."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    run_dir = mrpc[0]
+    assert main([f"--model_dir={run_dir}", f"--export_dir={tmp_path / 'xla'}", "--jit_compile"]) == 0
+    assert json.loads((tmp_path / "xla" / "assets" / "bert_export.json").read_text())["jit_compile"] is True
+    saved = saved_model_pb2.SavedModel.FromString((tmp_path / "xla" / "saved_model.pb").read_bytes())
+    plain = saved_model_pb2.SavedModel.FromString((mrpc[1] / "saved_model.pb").read_bytes())
+    assert xla_functions(saved.meta_graphs[0].graph_def) > 0 == xla_functions(plain.meta_graphs[0].graph_def)
+    pairs = [(row[3], row[4]) for row in (line.split("\t") for line in glue_rows("MRPC", 24)[1:])]
+    long = " ".join(["a very long sentence that must be truncated"] * 20)
+    pairs += [("", ""), (long, "short")]
+    answers = run_fresh(tmp_path / "xla", {"text_a": [a for a, _ in pairs], "text_b": [b for _, b in pairs]}, tmp_path)
+    expected = keras_probabilities(run_dir, pairs)
+    np.testing.assert_allclose(answers["probabilities"], expected, atol=1e-5)
+    predictor = load_task_model(run_dir, jit_compile=True)
+    np.testing.assert_allclose([c.probabilities for c in predictor.predict(pairs)], expected, atol=1e-5)
+    step = next(iter(predictor.trainer._predict_functions.values()))
+    assert xla_functions(step.get_concrete_function().graph.as_graph_def()) > 0
+    with pytest.raises(BertTfError, match=r"exported; load its run dir to change jit_compile\.$"):
+        load_task_model(tmp_path / "xla", jit_compile=True)
+
+
 def test_a_corrupt_export_is_one_sentence(mrpc, tmp_path, capsys):
     from fine_tune.batch_predict import main as predict_main
 
@@ -449,6 +480,11 @@ def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path, docu
     # space or none at all.
     words = [tuple(sentences[0].words), ("x", "a b", "", "U.S.-based"), ()]
     assert from_export.predict(words) == load_task_model(tmp_path / "run").predict(words)
+    if document_context:  # through XLA (`--jit_compile`), exported and in Python: the same taggings
+        export(str(tmp_path / "run"), str(tmp_path / "xla"), jit_compile=True)
+        expected = load_task_model(tmp_path / "run").predict(raw)
+        assert load_task_model(tmp_path / "xla").predict(raw) == expected
+        assert load_task_model(tmp_path / "run", jit_compile=True).predict(raw) == expected
 
 
 # === SQuAD ===
@@ -498,6 +534,22 @@ def test_squad_answers_equal_the_python_predictor_in_a_fresh_python(squad_export
     np.testing.assert_allclose([a.score for a in through_export], [a.score for a in expected], atol=1e-5)
     info = json.loads((export_dir / "assets" / "bert_export.json").read_text())
     assert (info["family"], info["inputs"], info["task_config"]["doc_stride"]) == ("squad", ["question", "context"], 48)
+
+
+def test_an_xla_squad_export_answers_as_the_python_predictor(squad_exports, tmp_path):
+    """`--jit_compile` (`SpanAnswerer` running the model through XLA), in a fresh TF-only process:
+    the answers of the Python predictor, with or without XLA."""
+    data, run_dir, _ = squad_exports["v2"]
+    export(str(run_dir), str(tmp_path / "xla"), jit_compile=True)
+    pairs = squad_pairs(data)
+    answers = run_fresh(tmp_path / "xla", {"question": [q for q, _ in pairs], "context": [c for _, c in pairs]},
+                        tmp_path)
+    for jit_compile in (False, True):
+        expected = load_task_model(run_dir, jit_compile=jit_compile).answer([q for q, _ in pairs],
+                                                                            [c for _, c in pairs])
+        assert answers["answer"] == [a.text for a in expected]
+        assert answers["has_answer"] == [a.has_answer for a in expected]
+        np.testing.assert_allclose(answers["score"], [a.score for a in expected], atol=1e-5)
 
 
 def test_saved_model_cli_lists_the_squad_signature(squad_exports):

@@ -144,10 +144,11 @@ class SpanAnswerer(tf.Module):
         preprocessor: the run's vocabulary, casing and `max_seq_length`.
         doc_stride, max_query_length: the windows (`SpanFeaturiser`).
         config: the n-best rules and thresholds (`PostprocessConfig`).
+        jit_compile: run the model through XLA (`bert_tf.by_length`).
     """
 
     def __init__(self, model, preprocessor: BertPreprocessor, doc_stride: int, max_query_length: int,
-                 config: PostprocessConfig):
+                 config: PostprocessConfig, jit_compile: bool = False):
         super().__init__(name="span_answerer")
         check_lengths(preprocessor.seq_length, max_query_length, doc_stride)
         self.model = model
@@ -155,6 +156,7 @@ class SpanAnswerer(tf.Module):
         self.doc_stride = doc_stride
         self.max_query_length = max_query_length
         self.config = config
+        self.jit_compile = jit_compile
         self.piece_lengths = tf.constant(piece_lengths(preprocessor.vocab_file), tf.int64)
 
     def __call__(self, question: tf.Tensor, context: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -251,7 +253,7 @@ class SpanAnswerer(tf.Module):
         positions = tf.ragged.range(windows["length"])
         tokens = positions + tf.expand_dims(windows["first"], 1)
         inputs = self.preprocessor.pack([tf.gather(query, windows["example"]), tf.gather(doc_ids, tokens)])
-        outputs = self.preprocessor.call_by_length(self.model, inputs, LOGITS_SPEC)
+        outputs = self.preprocessor.call_by_length(self.model, inputs, LOGITS_SPEC, self.jit_compile)
         real = tf.cast(inputs["input_mask"], tf.bool)
         return {
             "start": outputs["start_logits"],
