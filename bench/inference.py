@@ -167,7 +167,18 @@ def ours_predict(classifier) -> Predict:
     return lambda rows: [result.label for result in classifier.predict(rows)]
 
 
-# The fresh process: tensorflow and tensorflow_text only, one JSON line in, one out.
+# Every child process: `answer(request)` on each JSON line of stdin ({"text_a": [...], "text_b":
+# [...]}; {} is a ping), its label names as one JSON line.
+CHILD_LOOP = r"""
+def rows_of(request):
+    return list(zip(request["text_a"], request["text_b"])) if "text_b" in request else request["text_a"]
+
+for line in sys.stdin:
+    request = json.loads(line)
+    print(json.dumps(answer(request) if request else []), flush=True)
+"""
+
+# The fresh process: tensorflow and tensorflow_text only.
 SAVED_MODEL_CHILD = r"""
 import json, sys, time
 start = time.perf_counter()
@@ -176,16 +187,13 @@ import tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
 serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
 ours = sorted({name.split(".")[0] for name in sys.modules} & {"bert_tf", "fine_tune", "bench", "torch", "transformers"})
 print(json.dumps({"load_seconds": time.perf_counter() - start, "project_or_torch_modules": ours}), flush=True)
-for line in sys.stdin:
-    request = json.loads(line)
-    if not request:
-        print("[]", flush=True)
-        continue
-    labels = serve(**{name: tf.constant(texts) for name, texts in request.items()})["label"].numpy()
-    print(json.dumps([label.decode() for label in labels.tolist()]), flush=True)
-"""
 
-# onnxruntime in its own venv (tokenizers + numpy + onnxruntime), same protocol.
+def answer(request):
+    labels = serve(**{name: tf.constant(texts) for name, texts in request.items()})["label"].numpy()
+    return [label.decode() for label in labels.tolist()]
+""" + CHILD_LOOP
+
+# onnxruntime in its own venv (tokenizers + numpy + onnxruntime).
 ONNX_CHILD = r"""
 import json, sys, time
 start = time.perf_counter()
@@ -200,22 +208,17 @@ tokenizer = BertWordPieceTokenizer(vocab, lowercase=lower)
 tokenizer.enable_truncation(max_len)
 tokenizer.enable_padding()
 print(json.dumps({"load_seconds": time.perf_counter() - start, "onnxruntime": onnxruntime.__version__}), flush=True)
-for line in sys.stdin:
-    request = json.loads(line)
-    if not request:
-        print("[]", flush=True)
-        continue
-    rows = list(zip(request["text_a"], request["text_b"])) if "text_b" in request else request["text_a"]
-    encodings = tokenizer.encode_batch(rows)
+
+def answer(request):
+    encodings = tokenizer.encode_batch(rows_of(request))
     feed = {"input_ids": np.array([e.ids for e in encodings], np.int64),
             "attention_mask": np.array([e.attention_mask for e in encodings], np.int64),
             "token_type_ids": np.array([e.type_ids for e in encodings], np.int64)}
     logits = session.run(["logits"], feed)[0]
-    print(json.dumps([labels[i] for i in logits.argmax(-1).tolist()]), flush=True)
-"""
+    return [labels[i] for i in logits.argmax(-1).tolist()]
+""" + CHILD_LOOP
 
-
-# Our float32 predictor in a process that took oneDNN's bf16 math mode first; same protocol.
+# Our float32 predictor in a process that took oneDNN's bf16 math mode first.
 PREDICTOR_CHILD = r"""
 import json, sys, time
 start = time.perf_counter()
@@ -224,14 +227,10 @@ active = enable_bf16_math()  # before the model's first matmul
 import bert_tf
 model = bert_tf.load_task_model(sys.argv[1], batch_size=int(sys.argv[2]))
 print(json.dumps({"load_seconds": time.perf_counter() - start, "bf16_math": active}), flush=True)
-for line in sys.stdin:
-    request = json.loads(line)
-    if not request:
-        print("[]", flush=True)
-        continue
-    rows = list(zip(request["text_a"], request["text_b"])) if "text_b" in request else request["text_a"]
-    print(json.dumps([result.label for result in model.predict(rows)]), flush=True)
-"""
+
+def answer(request):
+    return [result.label for result in model.predict(rows_of(request))]
+""" + CHILD_LOOP
 
 
 class Child:
