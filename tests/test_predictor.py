@@ -352,6 +352,18 @@ def test_bf16_predicts_in_bfloat16_near_float32(mrpc, capsys, tmp_path):
         load_task_model(mrpc / "out", mixed_precision="fp8")
 
 
+def test_bert_predict_jit_compile_answers_as_without(mrpc, capsys, tmp_path):
+    """bert-predict --jit_compile (the model through XLA: tests/test_export.py checks the graph):
+    the labels and probabilities (1e-5) of the plain predictor, also for a run dir with best/."""
+    pairs = [(row[3], row[4]) for row in read_rows(mrpc / "data" / "test.tsv")[1:]]
+    write_rows(tmp_path / "pairs.tsv", [list(pair) for pair in pairs])
+    status, err = run_batch(capsys, mrpc / "out", tmp_path / "pairs.tsv", tmp_path / "xla.jsonl", "--jit_compile")
+    assert status == 0, err
+    got, expected = read_jsonl(tmp_path / "xla.jsonl"), load_task_model(mrpc / "out").predict(pairs)
+    assert [r["label"] for r in got] == [e.label for e in expected]
+    np.testing.assert_allclose([r["probabilities"] for r in got], [e.probabilities for e in expected], atol=1e-5)
+
+
 @needs_bf16_cpu
 def test_bert_predict_bf16_in_its_own_process_takes_onednn_bf16_math(mrpc, project, tmp_path):
     """bert-predict --mixed_precision=bf16 as a user runs it (its own process): oneDNN's bf16
