@@ -413,7 +413,9 @@ def bench_task(task: str, args: argparse.Namespace) -> dict:
         "ours_savedmodel_xla": Child([*saved_model_argv[:-1], str(cache / "saved_model_xla")]),
         "ours_savedmodel_bf16_math": Child(saved_model_argv, env={"TF_SET_ONEDNN_FPMATH_MODE": "BF16"}),
         "ours_predictor_bf16_math": Child([sys.executable, "-c", PREDICTOR_CHILD, str(run_dir), str(BATCH)],
-                                          env={"PYTHONPATH": str(pathlib.Path(__file__).resolve().parent.parent)}),
+                                          env={"PYTHONPATH": os.pathsep.join(filter(None, (
+                                              str(pathlib.Path(__file__).resolve().parent.parent),
+                                              os.environ.get("PYTHONPATH"))))}),
     }
     if args.onnx_python:
         onnx_file = onnx_model(hf_model, cache, args.onnx_path)

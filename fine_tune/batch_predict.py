@@ -24,11 +24,13 @@ first is predicted, so a bad line (not valid JSON, not UTF-8, of the wrong shape
 and line named) stops the run at once; the output is written under a temporary name
 and renamed when complete, so a failure leaves no partial output (nor a new folder).
 SQuAD 2.0 and other task flags the run does not record go in `--setting name=value` (e.g.
-`--setting version_2_with_negative=true`). `--mixed_precision=bf16` computes in bfloat16:
-where TensorFlow takes oneDNN's bf16 math mode (a CPU with AVX512-BF16 or AMX), a float32
-model whose matmuls run in bfloat16 (`bert_tf.onednn`: a run dir or a float32 export);
-elsewhere a run dir's model under the `mixed_bfloat16` policy (an export computes in what
-`bert-export --mixed_precision` gave it).
+`--setting version_2_with_negative=true`). `--mixed_precision=bf16` (a run dir) computes in
+bfloat16: where TensorFlow takes oneDNN's bf16 math mode (a CPU with AVX512-BF16 or AMX;
+measured on AMX), a float32 model whose matmuls run in bfloat16 (`bert_tf.onednn`);
+elsewhere the model under the `mixed_bfloat16` policy. An export computes in what
+`bert-export --mixed_precision` gave it (serve a float32 one with
+`TF_SET_ONEDNN_FPMATH_MODE=BF16` set for the math mode). `--jit_compile` runs the model
+through XLA; it does not combine with bf16 (XLA's matmuls do not take oneDNN's mode).
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ FLAGS = flag_values(
 set_help(FLAGS, "input_file", "The file of inputs, one a line: .txt, .tsv or .jsonl (see above).")
 set_help(FLAGS, "jit_compile", "Predict through XLA (a run dir): faster small batches, each new batch shape "
          "compiled once (~1 s) the first time it comes (bert_tf.by_length).")
+set_help(FLAGS, "mixed_precision", "bf16: oneDNN's bf16 math mode where the CPU takes it, else the mixed_bfloat16 "
+         "policy (a run dir; see above).")
 
 
 def settings_of(pairs: Sequence[str]) -> dict[str, str]:
@@ -106,6 +110,9 @@ def _check(args: FlagValues) -> str:
     check_output_file(args.output_file, "--output_file")
     if path_within(args.output_file, args.input_file):
         raise BertTfError(f"--output_file {args.output_file} is --input_file; give another file name.")
+    if args.jit_compile and args.mixed_precision != "none":
+        raise BertTfError("--jit_compile and --mixed_precision do not combine (XLA's matmuls do not take oneDNN's bf16 "
+                          "math mode, and ran slower in bf16 here); give one of them.")
     return extension
 
 
@@ -202,11 +209,12 @@ def predict_file(args: FlagValues) -> int:
     extension = _check(args)
     # Imported here: the flags are checked (and --help answered) without loading TensorFlow.
     from bert_tf.onednn import enable_bf16_math
+    from fine_tune.exported import is_export
     from bert_tf.progress import progress_bar
     from fine_tune.predictor import load_task_model
 
     precision = args.mixed_precision
-    if precision == "bf16" and enable_bf16_math():  # before any model: the mode is taken at the first matmul
+    if precision == "bf16" and not is_export(args.model_dir) and enable_bf16_math():  # before any matmul
         precision = "none"
         print("bf16: oneDNN's bf16 math mode (a float32 model, its matmuls in bfloat16).", file=sys.stderr)
     model = load_task_model(args.model_dir, batch_size=args.batch_size, mixed_precision=precision,

@@ -265,7 +265,8 @@ def _attach_info(module: tf.Module, run: LoadedRun, inputs: tuple[str, ...], ass
     """`bert_export.json` and (for label tasks) `labels.txt` as assets, and the id -> label table."""
     info = {"task": run.task.name, "family": run.family, "labels": list(run.labels), "inputs": list(inputs),
             "do_lower_case": run.do_lower_case, "max_seq_length": run.max_seq_length,
-            "mixed_precision": run.mixed_precision, "jit_compile": run.jit_compile, "task_config": dataclasses.asdict(run.task_config)}
+            "mixed_precision": run.mixed_precision, "jit_compile": run.jit_compile,
+            "task_config": dataclasses.asdict(run.task_config)}
     module.info_file = tf.saved_model.Asset(_asset(assets_dir, EXPORT_INFO, json.dumps(info, indent=2) + "\n"))
     if run.labels:
         module.labels_file = tf.saved_model.Asset(_asset(assets_dir, LABELS_FILE, "".join(f"{l}\n" for l in run.labels)))
@@ -298,10 +299,13 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
            mixed_precision: str = "none", format: str = SAVED_MODEL, jit_compile: bool = False) -> str:
     """Exports the fine-tuned run in `model_dir` to `export_dir` (and its encoder in TF Hub's
     layout to `hub_dir/preprocess` and `hub_dir/encoder`), computing in `mixed_precision`
-    (`load_run`'s), the model run through XLA when served with `jit_compile`; returns the export's path. `format` "hf" or "tf1" writes a checkpoint
-    instead of the SavedModel (`fine_tune.checkpoint_export`)."""
+    (`load_run`'s), the model run through XLA when served with `jit_compile`; returns the
+    export's path. `format` "hf" or "tf1" writes a checkpoint instead of the SavedModel
+    (`fine_tune.checkpoint_export`)."""
     if format not in FORMATS:
         raise BertTfError(f"Unknown export format {format!r}; use one of {', '.join(FORMATS)}.")
+    if jit_compile and format != SAVED_MODEL:
+        raise BertTfError(f"--jit_compile is how a SavedModel serves; --format={format} writes weights only: drop it.")
     check_export_dir(export_dir, overwrite)
     if path_within(model_dir, export_dir):  # replacing the export would delete the run
         raise BertTfError(f"--export_dir {export_dir} holds --model_dir {model_dir}; give a folder outside the run.")
@@ -350,8 +354,9 @@ FLAGS = flag_values(
 )  # fmt: skip
 
 
-set_help(FLAGS, "jit_compile", "Serve through XLA: faster small batches (a batch of one 1.3x on an Intel Xeon), "
-         "each new batch shape compiled once (~1 s) the first time it comes (bert_tf.by_length).")
+set_help(FLAGS, "jit_compile", "The SavedModel's signatures run the model through XLA (not --hub_dir's encoder): "
+         "faster small batches (a batch of one 1.3x on an Intel Xeon), each new batch shape compiled once (~1 s) "
+         "the first time it comes (bert_tf.by_length).")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -60,6 +60,26 @@ needs_bf16_cpu = pytest.mark.skipif(
 )
 
 
+# === XLA in a graph ===
+def xla_functions(graph_def) -> int:
+    """How many functions of a graph's library XLA must compile (`tf.function(jit_compile=True)`)."""
+    return sum(function.attr["_XlaMustCompile"].b for function in graph_def.library.function)
+
+
+def saved_xla_functions(export_dir: pathlib.Path) -> int:
+    """`xla_functions` of a SavedModel's graph."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel.FromString((export_dir / "saved_model.pb").read_bytes())
+    return xla_functions(saved.meta_graphs[0].graph_def)
+
+
+def predictor_xla_functions(model: Any) -> int:
+    """`xla_functions` of the prediction steps a `load_task_model` model has traced so far."""
+    return sum(xla_functions(step.get_concrete_function().graph.as_graph_def())
+               for step in model.trainer._predict_functions.values())
+
+
 # === The project in a subprocess ===
 class ProjectProcesses:
     """Runs `python ARGS` as a user of the checkout does: from its root, with it on PYTHONPATH

@@ -28,7 +28,7 @@ from fine_tune.tagging import TaggedSentence, TaggingFeaturiser, TaggingHead, re
 from fine_tune.run_dir import load_run
 from fine_tune.trainer import save_weights
 from fine_tune.predictor import load_task_model, split_words
-from tests.conftest import require_module, shared_file
+from tests.conftest import predictor_xla_functions, require_module, saved_xla_functions, shared_file
 from tests.test_squad_run import dev_slice, squad
 
 UNCASED = "vocab/google_uncased_en_vocab.txt"
@@ -330,23 +330,14 @@ def test_a_bf16_export_answers_as_the_bf16_predictor(mrpc, tmp_path):
         load_task_model(tmp_path / "bf16", mixed_precision="bf16")
 
 
-def xla_functions(graph_def) -> int:
-    """How many functions of a graph's library XLA must compile (`tf.function(jit_compile=True)`)."""
-    return sum(f.attr["_XlaMustCompile"].b for f in graph_def.library.function)
-
-
 def test_an_xla_export_answers_as_the_keras_model_in_a_fresh_python(mrpc, tmp_path):
     """`bert-export --jit_compile`: the model runs through XLA in the served graph, and a fresh
     TF-only process gets the Keras model's answers (as does `load_task_model(jit_compile=True)`);
     recorded in bert_export.json, fixed for the export."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
     run_dir = mrpc[0]
     assert main([f"--model_dir={run_dir}", f"--export_dir={tmp_path / 'xla'}", "--jit_compile"]) == 0
     assert json.loads((tmp_path / "xla" / "assets" / "bert_export.json").read_text())["jit_compile"] is True
-    saved = saved_model_pb2.SavedModel.FromString((tmp_path / "xla" / "saved_model.pb").read_bytes())
-    plain = saved_model_pb2.SavedModel.FromString((mrpc[1] / "saved_model.pb").read_bytes())
-    assert xla_functions(saved.meta_graphs[0].graph_def) > 0 == xla_functions(plain.meta_graphs[0].graph_def)
+    assert saved_xla_functions(tmp_path / "xla") > 0 == saved_xla_functions(mrpc[1])
     pairs = [(row[3], row[4]) for row in (line.split("\t") for line in glue_rows("MRPC", 24)[1:])]
     long = " ".join(["a very long sentence that must be truncated"] * 20)
     pairs += [("", ""), (long, "short")]
@@ -355,10 +346,11 @@ def test_an_xla_export_answers_as_the_keras_model_in_a_fresh_python(mrpc, tmp_pa
     np.testing.assert_allclose(answers["probabilities"], expected, atol=1e-5)
     predictor = load_task_model(run_dir, jit_compile=True)
     np.testing.assert_allclose([c.probabilities for c in predictor.predict(pairs)], expected, atol=1e-5)
-    step = next(iter(predictor.trainer._predict_functions.values()))
-    assert xla_functions(step.get_concrete_function().graph.as_graph_def()) > 0
+    assert predictor_xla_functions(predictor) > 0
     with pytest.raises(BertTfError, match=r"exported; load its run dir to change jit_compile\.$"):
         load_task_model(tmp_path / "xla", jit_compile=True)
+    with pytest.raises(BertTfError, match=r"^--jit_compile is how a SavedModel serves; --format=hf writes weights"):
+        export(str(run_dir), str(tmp_path / "hf"), format="hf", jit_compile=True)
 
 
 def test_a_corrupt_export_is_one_sentence(mrpc, tmp_path, capsys):
@@ -482,9 +474,11 @@ def test_ner_tags_every_word_and_finds_entities_in_a_fresh_python(tmp_path, docu
     assert from_export.predict(words) == load_task_model(tmp_path / "run").predict(words)
     if document_context:  # through XLA (`--jit_compile`), exported and in Python: the same taggings
         export(str(tmp_path / "run"), str(tmp_path / "xla"), jit_compile=True)
+        assert saved_xla_functions(tmp_path / "xla") > 0
         expected = load_task_model(tmp_path / "run").predict(raw)
         assert load_task_model(tmp_path / "xla").predict(raw) == expected
-        assert load_task_model(tmp_path / "run", jit_compile=True).predict(raw) == expected
+        predictor = load_task_model(tmp_path / "run", jit_compile=True)
+        assert predictor.predict(raw) == expected and predictor_xla_functions(predictor) > 0
 
 
 # === SQuAD ===
@@ -541,6 +535,7 @@ def test_an_xla_squad_export_answers_as_the_python_predictor(squad_exports, tmp_
     the answers of the Python predictor, with or without XLA."""
     data, run_dir, _ = squad_exports["v2"]
     export(str(run_dir), str(tmp_path / "xla"), jit_compile=True)
+    assert saved_xla_functions(tmp_path / "xla") > 0
     pairs = squad_pairs(data)
     answers = run_fresh(tmp_path / "xla", {"question": [q for q, _ in pairs], "context": [c for _, c in pairs]},
                         tmp_path)

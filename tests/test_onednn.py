@@ -53,9 +53,10 @@ def test_the_mode_rounds_our_projections_to_bf16_and_not_dense(project):
     assert result["left_in_environment"] is False
 
 
+@needs_bf16_cpu
 def test_the_mode_is_refused_after_a_matmul(project):
     """TensorFlow reads the mode at a process's first matmul: asked for later, it does not take,
-    `enable_bf16_math` says so, and the projections stay float32 (on any CPU)."""
+    `enable_bf16_math` says so, and the projections stay float32."""
     result = projections(project, "late")
     assert result["active"] is False
     assert result["ours"] < 1e-5

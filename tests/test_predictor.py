@@ -22,10 +22,10 @@ from seqeval.metrics.sequence_labeling import get_entities
 import bert_tf
 from bert_tf.errors import BertTfError
 from bert_tf.tokenization import BasicTokenizer, FullTokenizer
-from fine_tune import batch_predict
+from fine_tune import batch_predict, predictor as predictor_module
 from fine_tune.predictor import Classifier, QuestionAnswerer, load_task_model, split_words
 from fine_tune.tagging import iob1_to_iob2, iob2_to_iob1, read_conll
-from tests.conftest import needs_bf16_cpu, shared_file
+from tests.conftest import needs_bf16_cpu, predictor_xla_functions, shared_file
 from tests.test_fine_tune_tasks import conll_slice, fine_tune, read_rows, slice_of, write_rows
 from tests.test_squad_run import dev_slice, read_json, squad
 
@@ -352,13 +352,21 @@ def test_bf16_predicts_in_bfloat16_near_float32(mrpc, capsys, tmp_path):
         load_task_model(mrpc / "out", mixed_precision="fp8")
 
 
-def test_bert_predict_jit_compile_answers_as_without(mrpc, capsys, tmp_path):
+def test_bert_predict_jit_compile_answers_as_without(mrpc, capsys, tmp_path, monkeypatch):
     """bert-predict --jit_compile (the model through XLA: tests/test_export.py checks the graph):
     the labels and probabilities (1e-5) of the plain predictor, also for a run dir with best/."""
     pairs = [(row[3], row[4]) for row in read_rows(mrpc / "data" / "test.tsv")[1:]]
     write_rows(tmp_path / "pairs.tsv", [list(pair) for pair in pairs])
+    loaded = []
+    monkeypatch.setattr(predictor_module, "load_task_model",
+                        lambda *args, **kwargs: loaded.append(load_task_model(*args, **kwargs)) or loaded[-1])
     status, err = run_batch(capsys, mrpc / "out", tmp_path / "pairs.tsv", tmp_path / "xla.jsonl", "--jit_compile")
     assert status == 0, err
+    assert predictor_xla_functions(loaded[0]) > 0
+    status, err = run_batch(capsys, mrpc / "out", tmp_path / "pairs.tsv", tmp_path / "no.jsonl", "--jit_compile",
+                            "--mixed_precision=bf16")
+    assert (status, err) == (1, "error: --jit_compile and --mixed_precision do not combine (XLA's matmuls do not take "
+                                "oneDNN's bf16 math mode, and ran slower in bf16 here); give one of them.\n")
     got, expected = read_jsonl(tmp_path / "xla.jsonl"), load_task_model(mrpc / "out").predict(pairs)
     assert [r["label"] for r in got] == [e.label for e in expected]
     np.testing.assert_allclose([r["probabilities"] for r in got], [e.probabilities for e in expected], atol=1e-5)
