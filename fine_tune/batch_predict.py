@@ -209,8 +209,8 @@ def predict_file(args: FlagValues) -> int:
     extension = _check(args)
     # Imported here: the flags are checked (and --help answered) without loading TensorFlow.
     from bert_tf.onednn import enable_bf16_math
-    from fine_tune.exported import is_export
     from bert_tf.progress import progress_bar
+    from fine_tune.exported import is_export
     from fine_tune.predictor import load_task_model
 
     precision = args.mixed_precision

@@ -316,13 +316,12 @@ class FineTuningTrainer:
 
         # A batch's rows run 8 at a time, each group cut to its own longest (`bert_tf.by_length`:
         # SST-2 dev in batches of 32, 1.47x); not on a TPU, whose shapes must be static.
+        model = by_length.xla(self.model) if self.config.predict_jit_compile else self.model
         if self.config.padding == "fixed" or self.drop_remainder:
-            model = by_length.xla(self.model) if self.config.predict_jit_compile else self.model
             run_model = functools.partial(model, training=False)
         else:
-            run_model = functools.partial(by_length.call_by_length, self.model, output_spec=self._output_spec,
-                                          multiple_of=self.config.pad_to_multiple_of,
-                                          jit_compile=self.config.predict_jit_compile)
+            run_model = functools.partial(by_length.call_by_length, model, output_spec=self._output_spec,
+                                          multiple_of=self.config.pad_to_multiple_of)
         return self.strategy.run(forward, args=(batch,))
 
     @functools.cached_property

@@ -353,8 +353,8 @@ def test_bf16_predicts_in_bfloat16_near_float32(mrpc, capsys, tmp_path):
 
 
 def test_bert_predict_jit_compile_answers_as_without(mrpc, capsys, tmp_path, monkeypatch):
-    """bert-predict --jit_compile (the model through XLA: tests/test_export.py checks the graph):
-    the labels and probabilities (1e-5) of the plain predictor, also for a run dir with best/."""
+    """bert-predict --jit_compile: the loaded model's prediction graph holds XLA functions, and the
+    labels and probabilities (1e-5) are the plain predictor's; with --mixed_precision, one sentence."""
     pairs = [(row[3], row[4]) for row in read_rows(mrpc / "data" / "test.tsv")[1:]]
     write_rows(tmp_path / "pairs.tsv", [list(pair) for pair in pairs])
     loaded = []
@@ -367,6 +367,7 @@ def test_bert_predict_jit_compile_answers_as_without(mrpc, capsys, tmp_path, mon
                             "--mixed_precision=bf16")
     assert (status, err) == (1, "error: --jit_compile and --mixed_precision do not combine (XLA's matmuls do not take "
                                 "oneDNN's bf16 math mode, and ran slower in bf16 here); give one of them.\n")
+    assert not (tmp_path / "no.jsonl").exists()
     got, expected = read_jsonl(tmp_path / "xla.jsonl"), load_task_model(mrpc / "out").predict(pairs)
     assert [r["label"] for r in got] == [e.label for e in expected]
     np.testing.assert_allclose([r["probabilities"] for r in got], [e.probabilities for e in expected], atol=1e-5)
