@@ -181,3 +181,26 @@ def test_prediction_runs_rows_of_similar_length_8_at_a_time(tmp_path, per_token)
     cut = [-(-max(by_length[start : start + 8]) // 8) * 8 for start in (0, 8, 16)]
     assert int(counter.calls.numpy()) == 3
     assert int(counter.positions.numpy()) == 8 * cut[0] + 8 * cut[1] + 3 * cut[2]
+
+
+@pytest.mark.parametrize("padding", ["fixed", "dynamic"])
+def test_prediction_through_xla_gives_the_models_answers(tmp_path, padding):
+    """`predict_jit_compile` (load_task_model's jit_compile) on both branches of the prediction
+    step: fixed padding (one call of the whole batch at max_seq_length) and by length. The
+    traced step holds an XLA function, and each row's outputs are the model's on it alone."""
+    from tests.conftest import xla_functions
+
+    keras.utils.set_random_seed(5)
+    config = BertConfig.from_preset("tiny", vocab_size=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = ClassificationHead().build(BertEncoder(config), 3, 0.0)
+    ids = [np.array([2] + [5 + n % 4] * (n * 5 % 30) + [3], np.int32) for n in range(11)]
+    features = Features({"input_word_ids": ids, "input_type_ids": [np.zeros_like(i) for i in ids]},
+                        {"label_ids": np.zeros(len(ids), np.int32)}, np.arange(len(ids)))
+    training = TrainingConfig(str(tmp_path), max_seq_length=40, padding=padding, predict_jit_compile=True)
+    trainer = FineTuningTrainer(model, classification_loss, False, training, tf.distribute.get_strategy())
+    outputs = trainer.predict(features, batch_size=16)
+    (step,) = trainer._predict_functions.values()
+    assert xla_functions(step.get_concrete_function().graph.as_graph_def()) > 0
+    for row, got in zip(ids, outputs):
+        alone = {"input_word_ids": row[None], "input_mask": np.ones_like(row)[None], "input_type_ids": np.zeros_like(row)[None]}
+        np.testing.assert_allclose(got, np.asarray(model(alone, training=False))[0], atol=1e-5)

@@ -181,6 +181,28 @@ def test_call_by_length_gives_the_whole_batchs_answers(head):
     assert [output.shape[0] for output in tf.nest.flatten(empty)] == [0] * len(tf.nest.flatten(empty))
 
 
+def test_eager_xla_calls_reuse_what_they_compiled():
+    """call_by_length(jit_compile=True) outside a graph, twice: the second call compiles
+    nothing new (before, each call made a new XLA function and compiled every shape again,
+    ~1 s each), and both give the model's answers."""
+    from bert_tf import by_length
+    from bert_tf.config import BertConfig
+    from bert_tf.encoder import BertEncoder
+    from fine_tune.heads import ClassificationHead
+
+    keras.utils.set_random_seed(3)
+    model = ClassificationHead().build(BertEncoder(BertConfig.from_preset("tiny", vocab_size=30522)), 3, 0.0)
+    layer = BertPreprocessor(str(shared_file(parity.VOCABS["uncased"][0])), seq_length=64, padding="longest")
+    inputs = layer(tf.constant([" ".join(["word"] * (n * 7 % 40)) + " end" for n in range(11)]))
+    expected = model(inputs, training=False).numpy()
+    first = layer.call_by_length(model, inputs, jit_compile=True)
+    compiled = by_length.xla(model).experimental_get_tracing_count()
+    second = layer.call_by_length(model, inputs, jit_compile=True)
+    assert by_length.xla(model).experimental_get_tracing_count() == compiled == 2  # calls of 8 and 3 rows
+    for outputs in (first, second):
+        np.testing.assert_allclose(outputs.numpy(), expected, atol=1e-5)
+
+
 def test_bad_arguments_are_one_sentence():
     vocab = str(shared_file(parity.VOCABS["uncased"][0]))
     with pytest.raises(BertTfError, match="padding"):
