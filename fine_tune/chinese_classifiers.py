@@ -55,7 +55,10 @@ class JsonLinesReader:
     [('0', '上课', '108')]
     """
 
-    def __init__(self, files: dict[str, str], labels: tuple[str, ...], text_key: str, label_key: str = "label"):
+    takes_pairs = False  # one text a line
+
+    def __init__(self, files: dict[str, str], labels: tuple[str, ...] | None, text_key: str,
+                 label_key: str = "label"):
         self.files = files
         self.labels = labels
         self.text_key = text_key
@@ -100,6 +103,9 @@ def tnews_labels(path: str) -> tuple[str, ...]:
 @register("tnews", "CLUE TNEWS: news-title classification, 15 labels (train/dev/test.json, labels.json)", GlueConfig)
 def tnews(config: GlueConfig, run: RunConfig) -> Task:
     check_data_dir(config, run)
-    labels = tnews_labels(os.path.join(config.data_dir, "labels.json"))
+    # A finished run keeps its labels in its record: loading it to predict (no split read)
+    # must not need the data dir it trained from, which may be gone.
+    reads = any(run.wants(split) for split in SPLITS)
+    labels = tnews_labels(os.path.join(config.data_dir, "labels.json")) if reads else None
     files = {split: f"{split}.json" for split in SPLITS}
     return sentence_task("tnews", JsonLinesReader(files, labels, "sentence"), ("accuracy",), "TNEWS news titles")

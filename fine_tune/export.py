@@ -64,11 +64,8 @@ FORMATS = (SAVED_MODEL, *CHECKPOINT_FORMATS)
 
 # === What the task takes ===
 def task_inputs(run: LoadedRun) -> tuple[str, ...]:
-    """("text_a",) or ("text_a", "text_b"), from the layout of the task's files (a `tsv`
-    run's from its recorded `--text_b_column`)."""
-    layouts = run.task.reader.layouts.values()
-    pair = any(layout.text_b is not None for split in layouts for layout in split)
-    return ("text_a", "text_b") if pair else ("text_a",)
+    """("text_a",) or ("text_a", "text_b"): what the task's examples hold."""
+    return ("text_a", "text_b") if run.task.reader.takes_pairs else ("text_a",)
 
 
 # === The exported module ===

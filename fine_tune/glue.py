@@ -43,7 +43,7 @@ from fine_tune.heads import (
     regression_loss,
 )
 from fine_tune.registry import register
-from fine_tune.task import EvalSet, Task, write_lines
+from fine_tune.task import EvalSet, Task, TextClassificationReader, write_lines
 from fine_tune.tsv import read_tsv
 
 Column = int | str  # an index, or a header name
@@ -102,6 +102,12 @@ class TsvReader:
         self.labels = labels
         self.params = params or {}
         self.missing_split_hint = missing_split_hint
+
+    @property
+    def takes_pairs(self) -> bool:
+        """Whether an example is a pair of texts: a layout of the task's files has a second text
+        (a `tsv` run's, its recorded `--text_b_column`)."""
+        return any(layout.text_b is not None for split in self.layouts.values() for layout in split)
 
     def read(self, data_dir: str, split: str) -> list[EvalSet]:
         if split not in self.layouts:
@@ -223,7 +229,7 @@ class SentenceWriter:
 # === Tasks ===
 def sentence_task(
     name: str,
-    reader: TsvReader,
+    reader: TextClassificationReader,
     metric_names: Sequence[str],
     description: str,
     regression: bool = False,

@@ -458,8 +458,7 @@ class Classifier(TaskModel):
     @property
     def takes_pairs(self) -> bool:
         """Whether the task classifies pairs (a tsv run: whether it had --text_b_column)."""
-        layouts = self.run.task.reader.layouts.values()
-        return any(layout.text_b is not None for split in layouts for layout in split)
+        return self.run.task.reader.takes_pairs
 
     def example(self, row: Any, where: str, index: int) -> tuple[PairExample, None]:
         return pair_example(row, where, self.takes_pairs, self.task_name), None

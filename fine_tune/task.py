@@ -110,6 +110,13 @@ class Reader(Protocol):
         """The label set of some (training) examples, when the task does not fix it."""
 
 
+class TextClassificationReader(Reader, Protocol):
+    """A reader of one text or a pair of texts an example (the sentence and pair tasks):
+    what a loaded model and its export take as input."""
+
+    takes_pairs: bool
+
+
 class Featuriser(Protocol):
     def __call__(
         self, examples: Sequence[Any], tokenizer: FullTokenizer, max_seq_length: int, labels: Sequence[str]

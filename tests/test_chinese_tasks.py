@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 
 import keras
+import numpy as np
 import pytest
 
 from fine_tune.cli import parse_args, run
+from fine_tune.export import main as export_main
+from fine_tune.predictor import load_task_model
 from fine_tune.squad import evaluate
 from fine_tune.squad.oracle import oracle_check
 from fine_tune.squad.reader import read_squad
@@ -82,6 +86,16 @@ def test_tnews_labels_from_labels_json_and_accuracy(tmp_path):
     gold = [json.loads(line)["label"] for line in dev]
     assert report["eval"]["dev_accuracy"] == pytest.approx(accuracy_of_file(out / "dev_predictions.tsv", gold))
     assert len(read_rows(out / "dev_results.tsv")[0]) == 15  # one probability a label
+    # The finished run predicts and exports without the data dir it trained from (a
+    # missing labels.json failed loading; the export asked the reader for file layouts it has not).
+    shutil.rmtree(data)
+    texts = [json.loads(line)["sentence"] for line in dev]
+    predicted = load_task_model(out).predict(texts)
+    assert [p.label for p in predicted] == [row[1] for row in submission(out / "dev_predictions.tsv")]
+    assert export_main([f"--model_dir={out}", f"--export_dir={tmp_path / 'export'}"]) == 0
+    exported = load_task_model(tmp_path / "export").predict(texts)
+    assert [p.label for p in exported] == [p.label for p in predicted]
+    np.testing.assert_allclose([p.probabilities for p in exported], [p.probabilities for p in predicted], atol=1e-5)
 
 
 def test_tnews_bad_json_line_names_file_and_line(tmp_path, capsys):
