@@ -132,6 +132,9 @@ SHARED: dict[str, Flag] = {
     "mixed_precision": Flag(MIXED_PRECISION, "none", "Compute in bfloat16 or float16 (with dynamic loss scaling); "
                             "variables, LayerNorm, softmax and losses stay float32."),
     "jit_compile": Flag(bool, False, "XLA-compile the train step."),
+    # A finished fine-tuning run's task settings.
+    "setting": Flag(list, [], "NAME=VALUE: a field of the run's task config to change, e.g. "
+                    "null_score_diff_threshold=-1.5 for a SQuAD 2.0 run (repeatable)."),
     # Output.
     "output_dir": Flag(str, None, "Where checkpoints, TensorBoard logs, results and predictions are written."),
     "output_file": Flag(str, None, "The file(s) to write, comma-separated where a command writes several."),

@@ -65,14 +65,12 @@ class Row:
 
 # === Flags ===
 FLAGS = flag_values(
-    "input_file", "output_file", "mixed_precision", "jit_compile",
+    "input_file", "output_file", "mixed_precision", "jit_compile", "setting",
     own={
         "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py, run_ner.py or run_squad.py run, or a "
                           "bert-export folder."),
         "batch_size": Flag(int, 32, "Rows per forward pass."),
         "chunk_size": Flag(int, 1024, "Inputs read, predicted and written at a time."),
-        "setting": Flag(list, [], "NAME=VALUE: a field of the run's task config to change, e.g. "
-                        "null_score_diff_threshold=-1.5 (repeatable)."),
     },
 )  # fmt: skip
 set_help(FLAGS, "input_file", "The file of inputs, one a line: .txt, .tsv or .jsonl (see above).")
@@ -80,21 +78,6 @@ set_help(FLAGS, "jit_compile", "Predict through XLA (a run dir): faster small ba
          "compiled once (~1 s) the first time it comes (bert_tf.by_length).")
 set_help(FLAGS, "mixed_precision", "bf16: oneDNN's bf16 math mode where the CPU takes it, else the mixed_bfloat16 "
          "policy (a run dir; see above).")
-
-
-def settings_of(pairs: Sequence[str]) -> dict[str, str]:
-    """`--setting name=value` values, as strings: `load_run` reads each as its field's type.
-
-    >>> settings_of(["version_2_with_negative=true", "null_score_diff_threshold=-1.5"])
-    {'version_2_with_negative': 'true', 'null_score_diff_threshold': '-1.5'}
-    """
-    settings = {}
-    for pair in pairs:
-        name, equals, value = pair.partition("=")
-        if not equals or not name:
-            raise BertTfError(f"--setting {pair!r} is not NAME=VALUE.")
-        settings[name] = value
-    return settings
 
 
 def _check(args: FlagValues) -> str:
@@ -212,6 +195,7 @@ def predict_file(args: FlagValues) -> int:
     from bert_tf.progress import progress_bar
     from fine_tune.exported import is_export
     from fine_tune.predictor import load_task_model
+    from fine_tune.run_dir import settings_of
 
     precision = args.mixed_precision
     if precision == "bf16" and not is_export(args.model_dir) and enable_bf16_math():  # before any matmul

@@ -19,7 +19,8 @@ gRPC requests, or `tf.saved_model.load` in any Python with `tensorflow` and
 Tokenization (`bert_tf.preprocessing.BertPreprocessor`, the run's vocabulary, casing and
 `max_seq_length`, truncation as in training) is inside the graph; so are a SQuAD run's
 windows, n-best rules and thresholds (`fine_tune.squad.serving`, with its settings as
-the run recorded them). The vocabulary, the
+the run recorded them, or as `--setting name=value` changes them: e.g.
+`--setting null_score_diff_threshold=-1.2`, a threshold tuned on dev). The vocabulary, the
 label names (`labels.txt`, one a line, in label-id order) and `bert_export.json` (task,
 labels, inputs) are the SavedModel's assets. Load it with `import tensorflow_text`
 first: its ops must be registered ("Op type not registered 'RegexSplitWithOffsets'"
@@ -39,6 +40,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -52,7 +54,7 @@ from bert_tf.hub_export import save_atomically, serving_function
 from bert_tf.preprocessing import BertPreprocessor
 from fine_tune.checkpoint_export import FORMATS as CHECKPOINT_FORMATS
 from fine_tune.checkpoint_export import LABELS_FILE, export_checkpoint
-from fine_tune.run_dir import LoadedRun, load_run
+from fine_tune.run_dir import LoadedRun, load_run, settings_of
 from fine_tune.squad.serving import SpanAnswerer
 
 SIGNATURE = "serving_default"
@@ -293,11 +295,13 @@ def check_export_dir(export_dir: str, overwrite: bool, flag: str = "--export_dir
 
 
 def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: str | None = None,
-           mixed_precision: str = "none", format: str = SAVED_MODEL, jit_compile: bool = False) -> str:
+           mixed_precision: str = "none", format: str = SAVED_MODEL, jit_compile: bool = False,
+           **settings: Any) -> str:
     """Exports the fine-tuned run in `model_dir` to `export_dir` (and its encoder in TF Hub's
     layout to `hub_dir/preprocess` and `hub_dir/encoder`), computing in `mixed_precision`
-    (`load_run`'s), the model run through XLA when served with `jit_compile`; returns the
-    export's path. `format` "hf" or "tf1" writes a checkpoint instead of the SavedModel
+    (`load_run`'s), the model run through XLA when served with `jit_compile`, with the task
+    `settings` given (`load_run`'s: e.g. a SQuAD 2.0 threshold tuned after training); returns
+    the export's path. `format` "hf" or "tf1" writes a checkpoint instead of the SavedModel
     (`fine_tune.checkpoint_export`)."""
     if format not in FORMATS:
         raise BertTfError(f"Unknown export format {format!r}; use one of {', '.join(FORMATS)}.")
@@ -310,7 +314,7 @@ def export(model_dir: str, export_dir: str, overwrite: bool = False, hub_dir: st
         check_export_dir(hub_dir, overwrite, "--hub_dir")
         if path_within(hub_dir, export_dir) or path_within(export_dir, hub_dir):  # each is written whole, replacing the other
             raise BertTfError(f"--hub_dir {hub_dir} and --export_dir {export_dir} overlap; give two separate folders.")
-    run = load_run(model_dir, mixed_precision=mixed_precision, jit_compile=jit_compile)
+    run = load_run(model_dir, mixed_precision=mixed_precision, jit_compile=jit_compile, **settings)
     if format != SAVED_MODEL:
         export_checkpoint(run, export_dir, format)
     else:
@@ -337,7 +341,7 @@ def _export_saved_model(run: LoadedRun, export_dir: str) -> None:
 
 # === Command line ===
 FLAGS = flag_values(
-    "mixed_precision", "jit_compile",
+    "mixed_precision", "jit_compile", "setting",
     own={
         "model_dir": Flag(str, None, "The --output_dir of a run_classifier.py, run_ner.py or run_squad.py run."),
         "export_dir": Flag(str, None, "Where the SavedModel (or --format's checkpoint) goes (a new folder)."),
@@ -365,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _export(values: FlagValues) -> None:
     require(values, "model_dir", "export_dir")
     path = export(values.model_dir, values.export_dir, values.overwrite, values.hub_dir, values.mixed_precision,
-                  values.format, values.jit_compile)
+                  values.format, values.jit_compile, **settings_of(values.setting))
     what = f"signature {SIGNATURE}" if values.format == SAVED_MODEL else f"{values.format} checkpoint"
     print(f"exported {values.model_dir} to {path} ({what}).")
 

@@ -137,7 +137,7 @@ class Answer:
 
 
 # === Loading ===
-def load_task_model(run_dir: str | os.PathLike, batch_size: int = 32, prefer_best: bool = True,
+def load_task_model(run_dir: str | os.PathLike, batch_size: int = 32, prefer_best: bool | None = None,
                     mixed_precision: str = "none", jit_compile: bool = False, **settings: Any) -> "TaskModel":
     """The model of a finished run, ready to predict (see the module docstring).
 
@@ -147,7 +147,8 @@ def load_task_model(run_dir: str | os.PathLike, batch_size: int = 32, prefer_bes
             the SavedModel).
         batch_size: rows per call of the model's function (within it, rows run 8 at a time,
             sorted by length: `bert_tf.by_length`).
-        prefer_best: use the best dev checkpoint (`best/`) when the run kept one.
+        prefer_best: use the best dev checkpoint (`best/`) when the run kept one; None (the
+            default): as the run's `--use_best_checkpoint` did for its own predictions.
         mixed_precision: "bf16" computes in bfloat16 under the `mixed_bfloat16` policy (1.0-1.6x
             float32's throughput measured on CPUs with AMX, the same labels; see `load_run`), "none"
             in float32. An export computes in what it was exported with. On such a CPU a float32

@@ -6,8 +6,8 @@
 - `fine_tune.json`: the task's typed config, the run's config and the labels
   (`fine_tune.registry.run_record`);
 - `model.weights.h5` (the end of training) and, when the dev set was scored while
-  training, `best/model.weights.h5` (the best dev score; preferred, as
-  `--use_best_checkpoint` does).
+  training, `best/model.weights.h5` (the best dev score; preferred unless the run
+  said `--nouse_best_checkpoint`).
 
 `load_run` rebuilds the task exactly as the run script does for `--do_predict`
 (`registry.task_from_run_dir`), with any task settings given as overrides (e.g. a
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import keras
@@ -125,8 +126,24 @@ def _task(run_dir: str, settings: dict[str, Any]) -> tuple[Task, TaskConfig, Run
     return registry.build_task(task_config, run_config), task_config, run_config, record
 
 
+def settings_of(pairs: Sequence[str]) -> dict[str, str]:
+    """`--setting name=value` values (bert-predict, bert-export), as strings: `load_run` reads
+    each as its field's type.
+
+    >>> settings_of(["version_2_with_negative=true", "null_score_diff_threshold=-1.5"])
+    {'version_2_with_negative': 'true', 'null_score_diff_threshold': '-1.5'}
+    """
+    settings = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            raise BertTfError(f"--setting {pair!r} is not NAME=VALUE.")
+        settings[name] = value
+    return settings
+
+
 def load_run(
-    run_dir: str | os.PathLike, prefer_best: bool = True, families: tuple[str, ...] | None = None,
+    run_dir: str | os.PathLike, prefer_best: bool | None = None, families: tuple[str, ...] | None = None,
     mixed_precision: str = "none", jit_compile: bool = False, **settings: Any,
 ) -> LoadedRun:
     """The task model of a finished run, with its fine-tuned weights.
@@ -134,7 +151,8 @@ def load_run(
     Args:
         run_dir: the `--output_dir` of a `run_classifier.py`, `run_ner.py` or
             `run_squad.py` run that trained.
-        prefer_best: load `best/` when the run kept it (as `--use_best_checkpoint`).
+        prefer_best: load `best/` when the run kept it; None (the default): as the run's own
+            `--use_best_checkpoint` chose for its dev and test predictions.
         families: the task families the caller can use (default: any); a run of
             another one is refused before its weights are read.
         mixed_precision: "bf16" (or "fp16") builds the model in that compute dtype, its
@@ -159,6 +177,7 @@ def load_run(
     labels = tuple(str(label) for label in record.get("labels", ()))
     config = BertConfig.from_json_file(_file(run_dir, cli.CONFIG_FILE))
     tokenizer = FullTokenizer(_file(run_dir, cli.VOCAB_FILE), do_lower_case=run_config.do_lower_case)
+    prefer_best = run_config.use_best_checkpoint if prefer_best is None else prefer_best
     weights = fine_tuned_weights(run_dir, prefer_best=prefer_best)
     if weights is None:
         raise _not_a_run(run_dir, f"neither {WEIGHTS_NAME} nor {BEST_DIR}/{WEIGHTS_NAME} is there")

@@ -530,6 +530,27 @@ def test_squad_answers_equal_the_python_predictor_in_a_fresh_python(squad_export
     assert (info["family"], info["inputs"], info["task_config"]["doc_stride"]) == ("squad", ["question", "context"], 48)
 
 
+def test_bert_export_setting_changes_the_served_threshold(squad_exports, tmp_path, capsys):
+    """`bert-export --setting null_score_diff_threshold=1e9` (a threshold tuned after training)
+    serves it: every question answered, as the Python predictor with that setting; a setting
+    that is not NAME=VALUE, or not the task's, is one sentence and exports nothing."""
+    data, run_dir, _ = squad_exports["v2"]
+    pairs = squad_pairs(data)[:12]
+    export_dir = tmp_path / "lenient"
+    assert main([f"--model_dir={run_dir}", f"--export_dir={export_dir}", "--setting=null_score_diff_threshold=1e9"]) == 0
+    served = load_task_model(export_dir).answer([q for q, _ in pairs], [c for _, c in pairs])
+    expected = load_task_model(run_dir, null_score_diff_threshold=1e9).answer([q for q, _ in pairs], [c for _, c in pairs])
+    assert all(a.has_answer for a in served) and [a.text for a in served] == [a.text for a in expected]
+    assert json.loads((export_dir / "assets" / "bert_export.json").read_text())["task_config"][
+        "null_score_diff_threshold"] == 1e9
+    capsys.readouterr()
+    for setting, message in (("threshold", "--setting 'threshold' is not NAME=VALUE."),
+                             ("label_column=2", "'label_column' is not a setting of squad models")):
+        assert main([f"--model_dir={run_dir}", f"--export_dir={tmp_path / 'no'}", f"--setting={setting}"]) == 1
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+
+
 def test_an_xla_squad_export_answers_as_the_python_predictor(squad_exports, tmp_path):
     """`--jit_compile` (`SpanAnswerer` running the model through XLA), in a fresh TF-only process:
     the answers of the Python predictor, with or without XLA."""

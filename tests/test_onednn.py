@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import ProjectProcesses, needs_bf16_cpu
+import pytest
+
+from tests.conftest import ProjectProcesses
 
 
 # A projection of a fresh process: our layer and Keras' Dense on the same weights, against
@@ -40,7 +42,7 @@ def projections(project: ProjectProcesses, when: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@needs_bf16_cpu
+@pytest.mark.usefixtures("bf16_math_cpu")
 def test_the_mode_rounds_our_projections_to_bf16_and_not_dense(project):
     """In the mode our projections are float32 products of bf16-rounded inputs (relative error
     ~1e-3, where float32 gives ~1e-7); Keras' Dense, a 2-D MatMul on oneDNN's sgemm API,
@@ -53,7 +55,7 @@ def test_the_mode_rounds_our_projections_to_bf16_and_not_dense(project):
     assert result["left_in_environment"] is False
 
 
-@needs_bf16_cpu
+@pytest.mark.usefixtures("bf16_math_cpu")
 def test_the_mode_is_refused_after_a_matmul(project):
     """TensorFlow reads the mode at a process's first matmul: asked for later, it does not take,
     `enable_bf16_math` says so, and the projections stay float32."""

@@ -25,14 +25,12 @@ from bert_tf.tokenization import BasicTokenizer, FullTokenizer
 from fine_tune import batch_predict, predictor as predictor_module
 from fine_tune.predictor import Classifier, QuestionAnswerer, load_task_model, split_words
 from fine_tune.tagging import iob1_to_iob2, iob2_to_iob1, read_conll
-from tests.conftest import needs_bf16_cpu, predictor_xla_functions, shared_file
+from tests.conftest import predictor_xla_functions, shared_file
 from tests.test_fine_tune_tasks import conll_slice, fine_tune, read_rows, slice_of, write_rows
 from tests.test_squad_run import dev_slice, read_json, squad
 
 CASED = "vocab/google_cased_en_vocab.txt"
 CHINESE = "vocab/google_zh_vocab.txt"
-# The SQuAD flags of tests/test_squad_run.py's runs: fine_tune.json does not record them.
-SQUAD = {"doc_stride": 48, "max_query_length": 32}
 
 
 # === Fine-tuned runs (one of each kind, shared by the module) ===
@@ -257,7 +255,7 @@ def check_answers(model: QuestionAnswerer, root: pathlib.Path) -> list:
 
 
 def test_answers_equal_run_squad_predictions(squad_v1):
-    model = load_task_model(squad_v1 / "out", **SQUAD)
+    model = load_task_model(squad_v1 / "out")
     contexts = [context for _, context in squad_inputs(squad_v1 / "dev.json")[1]]
     assert max(len(model.tokenizer.tokenize(context)) for context in contexts) > model.max_seq_length  # windows
     answers = check_answers(model, squad_v1)
@@ -267,14 +265,14 @@ def test_answers_equal_run_squad_predictions(squad_v1):
 
 
 def test_squad_v2_answers_and_null_odds(squad_v2):
-    model = load_task_model(squad_v2 / "out", version_2_with_negative=True, null_score_diff_threshold=-1.5, **SQUAD)
+    model = load_task_model(squad_v2 / "out")  # its SQuAD 2.0 flags as recorded
     answers = check_answers(model, squad_v2)
     ids, _ = squad_inputs(squad_v2 / "dev.json")
     odds = read_json(squad_v2 / "out" / "null_odds.json")
     np.testing.assert_allclose([a.null_score_diff for a in answers], [odds[i] for i in ids], atol=1e-5)
     assert not all(a.has_answer for a in answers)
     # With a threshold no null score reaches, every question gets its best span.
-    lenient = load_task_model(squad_v2 / "out", version_2_with_negative=True, null_score_diff_threshold=1e9, **SQUAD)
+    lenient = load_task_model(squad_v2 / "out", null_score_diff_threshold=1e9)
     nbest = read_json(squad_v2 / "out" / "nbest_predictions.json")
     spans = lenient.predict(squad_inputs(squad_v2 / "dev.json")[1])
     assert [a.text for a in spans] == [next(e["text"] for e in nbest[i] if e["text"]) for i in ids]
@@ -282,7 +280,7 @@ def test_squad_v2_answers_and_null_odds(squad_v2):
 
 
 def test_chinese_answers_are_exact_context_characters(drcd):
-    answers = check_answers(load_task_model(drcd / "out", **SQUAD), drcd)
+    answers = check_answers(load_task_model(drcd / "out"), drcd)
     assert all(a.text and not a.text.isascii() for a in answers[:5])
 
 
@@ -352,6 +350,23 @@ def test_bf16_predicts_in_bfloat16_near_float32(mrpc, capsys, tmp_path):
         load_task_model(mrpc / "out", mixed_precision="fp8")
 
 
+def test_the_runs_own_use_best_checkpoint_picks_the_weights(mrpc, tmp_path):
+    """A run's predictions came from best/ unless it said --nouse_best_checkpoint: a loaded
+    model (and so an export) takes the same weights, unless prefer_best says otherwise
+    (before, best/ whatever the run said: answers other than the run's own)."""
+    from fine_tune.run_dir import load_run
+
+    copy = tmp_path / "run"
+    shutil.copytree(mrpc / "out", copy)
+    record = read_json(copy / "fine_tune.json")
+    record["training"]["use_best_checkpoint"] = False
+    (copy / "fine_tune.json").write_text(json.dumps(record), encoding="utf-8")
+    best, final = str(copy / "best" / "model.weights.h5"), str(copy / "model.weights.h5")
+    assert load_run(mrpc / "out").weights == str(mrpc / "out" / "best" / "model.weights.h5")
+    assert (load_run(copy).weights, load_run(copy, prefer_best=True).weights) == (final, best)
+    assert load_task_model(copy).run.weights == final
+
+
 def test_bert_predict_jit_compile_answers_as_without(mrpc, capsys, tmp_path, monkeypatch):
     """bert-predict --jit_compile: the loaded model's prediction graph holds XLA functions, and the
     labels and probabilities (1e-5) are the plain predictor's; with --mixed_precision, one sentence."""
@@ -373,7 +388,7 @@ def test_bert_predict_jit_compile_answers_as_without(mrpc, capsys, tmp_path, mon
     np.testing.assert_allclose([r["probabilities"] for r in got], [e.probabilities for e in expected], atol=1e-5)
 
 
-@needs_bf16_cpu
+@pytest.mark.usefixtures("bf16_math_cpu")
 def test_bert_predict_bf16_in_its_own_process_takes_onednn_bf16_math(mrpc, project, tmp_path):
     """bert-predict --mixed_precision=bf16 as a user runs it (its own process): oneDNN's bf16
     math mode, said on stderr; probabilities float32's to bf16's precision (not equal), the
@@ -407,7 +422,7 @@ def test_empty_strings_are_valid_inputs(mrpc, sst2, conll, squad_v1):
     assert load_task_model(sst2 / "out").predict("").label in ("0", "1")
     tagging = load_task_model(conll / "out").predict("")
     assert tagging.words == () and tagging.entities == ()
-    answerer = load_task_model(squad_v1 / "out", **SQUAD)
+    answerer = load_task_model(squad_v1 / "out")
     assert answerer.answer("", "") == answerer.answer("Who?", "  ")
     assert answerer.answer("Who?", "").has_answer is False and answerer.answer("", "Denver won.").text
 
@@ -445,7 +460,7 @@ def test_bad_input_containers(sst2, inputs, message):
 ])
 def test_bad_answer_inputs(squad_v1, question, context, message):
     with pytest.raises(BertTfError, match=message):
-        load_task_model(squad_v1 / "out", **SQUAD).answer(question, context)
+        load_task_model(squad_v1 / "out").answer(question, context)
 
 
 def test_wrong_kind_of_input_or_model(sst2, conll, squad_v1):
@@ -458,7 +473,7 @@ def test_wrong_kind_of_input_or_model(sst2, conll, squad_v1):
     with pytest.raises(BertTfError, match="input 0 word 1 is None"):
         load_task_model(conll / "out").predict([("EU", None)])
     with pytest.raises(BertTfError, match=r"input 0 is not a \(question, context\) pair"):
-        load_task_model(squad_v1 / "out", **SQUAD).predict(["Who won?"])
+        load_task_model(squad_v1 / "out").predict(["Who won?"])
     with pytest.raises(BertTfError, match="'doc_stride' is not a setting of sst-2 models"):
         load_task_model(sst2 / "out", doc_stride=64)
 
@@ -467,7 +482,7 @@ def test_settings_are_read_as_their_flags_types(squad_v1):
     """A setting as a command line gives it ("False", "48") means what the flag would: the
     string "False" once switched SQuAD 2.0 on (a non-empty string is true)."""
     question, context = "Who won the game?", "Denver won the game against Carolina."
-    plain = load_task_model(squad_v1 / "out", **SQUAD).answer(question, context)
+    plain = load_task_model(squad_v1 / "out").answer(question, context)
     as_strings = load_task_model(squad_v1 / "out", doc_stride="48", max_query_length="32",
                                  version_2_with_negative="False").answer(question, context)
     assert as_strings == plain and plain.has_answer and plain.null_score_diff is None
@@ -561,9 +576,7 @@ def test_bert_predict_every_format_and_task(capsys, tmp_path, mrpc, sst2, conll,
     ids, questions = squad_inputs(squad_v2 / "dev.json")
     (tmp_path / "qa.jsonl").write_text("".join(json.dumps({"id": i, "question": q, "context": c}, ensure_ascii=False)
                                                + "\n" for i, (q, c) in zip(ids, questions)), encoding="utf-8")
-    status, err = run_batch(capsys, squad_v2 / "out", tmp_path / "qa.jsonl", tmp_path / "qa_out.jsonl",
-                            "--setting=version_2_with_negative=true", "--setting=null_score_diff_threshold=-1.5",
-                            *[f"--setting={name}={value}" for name, value in SQUAD.items()])
+    status, err = run_batch(capsys, squad_v2 / "out", tmp_path / "qa.jsonl", tmp_path / "qa_out.jsonl")
     assert status == 0, err
     assert {r["id"]: r["text"] for r in read_jsonl(tmp_path / "qa_out.jsonl")} == read_json(
         squad_v2 / "out" / "predictions.json")
@@ -595,8 +608,7 @@ def test_bert_predict_bad_lines_name_file_and_line(capsys, tmp_path, monkeypatch
 
 def test_bert_predict_bad_flags(capsys, tmp_path, mrpc, squad_v1):
     (tmp_path / "q.txt").write_text("Who won?\n")
-    status, err = run_batch(capsys, squad_v1 / "out", tmp_path / "q.txt", tmp_path / "o.jsonl",
-                            *[f"--setting={name}={value}" for name, value in SQUAD.items()])
+    status, err = run_batch(capsys, squad_v1 / "out", tmp_path / "q.txt", tmp_path / "o.jsonl")
     assert status == 1 and "a question answerer needs a question and a context per line" in err
     (tmp_path / "in.csv").write_text("a\n")
     status, err = run_batch(capsys, mrpc / "out", tmp_path / "in.csv", tmp_path / "o.jsonl")
