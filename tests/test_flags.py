@@ -11,12 +11,12 @@ import sys
 import keras
 import pytest
 
-from bert_tf import flags
+from bert_tf import extract_features, flags
 from bert_tf.errors import BertTfError
 from bert_tf.checkpoints import convert
 from bert_tf.training import cli as pretraining_cli
 from data_prep import build_vocab, create_pretraining_data, prepare_corpus
-from fine_tune import cli, registry
+from fine_tune import batch_predict, cli, export, registry
 from fine_tune.config import RunConfig
 from fine_tune.glue import GlueConfig
 from fine_tune.tagging import ConllConfig
@@ -35,6 +35,9 @@ COMMANDS = {
     "build_vocab": (build_vocab.FLAGS, build_vocab.main),
     **{f"fine_tune {family}": (cli.family_flags(family), getattr(cli, f"{family}_main")) for family in cli.FAMILIES},
 }
+# Commands that say what some shared flags mean to them (`flags.set_help`): the same type and
+# default as everywhere, their own help.
+OWN_HELP = {"bert-predict": batch_predict.FLAGS, "bert-export": export.FLAGS, "extract_features": extract_features.FLAGS}
 
 
 @pytest.fixture(autouse=True)
@@ -63,6 +66,12 @@ def test_a_flag_has_the_same_type_default_and_help_in_every_command():
             assert spec == first[1], f"--{name} of {command} differs from that of {first[0]}"
             if name in flags.SHARED:
                 assert flag.help.endswith(flags.SHARED[name].help)  # absl prefixes an enum's values
+    for command, values in OWN_HELP.items():
+        for name, flag in canonical(values).items():
+            if name not in flags.SHARED:  # its own flags may share a name with another command's
+                continue
+            first = seen.setdefault(name, (command, (flag.flag_type(), flag.default, flag.help)))
+            assert (flag.flag_type(), flag.default) == first[1][:2], f"--{name} of {command} differs from {first[0]}'s"
     assert len([name for name in seen if name in flags.SHARED]) == len(flags.SHARED)  # every shared flag is used
 
 
