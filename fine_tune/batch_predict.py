@@ -138,6 +138,10 @@ def _json_input(record: dict[str, Any], source: str, kind: str) -> Any:
     given = [key for key in inputs if key in record]
     if len(given) > 1:
         raise BertTfError(f"{source} has both \"{given[0]}\" and \"{given[1]}\"; give one of them.")
+    # A second text the model would drop (beside "text") or read as words (a tagger's).
+    if "text_b" in record and (kind == "tagger" or "text_a" not in record):
+        takes = 'one text ("text" or "words")' if kind == "tagger" else '"text", or "text_a" and "text_b"'
+        raise BertTfError(f"{source} has a \"text_b\" this line cannot use; a {kind} line gives {takes}.")
     if kind == "tagger" and "words" in record:
         words = record["words"]
         if not isinstance(words, list):
@@ -165,9 +169,23 @@ def check_rows(path: str, extension: str, model: Any, chunk_size: int) -> int:
     before anything is predicted or written; returns how many inputs there are."""
     count = 0
     for chunk in chunks(read_rows(path, extension, model.kind), chunk_size):
+        if model.kind in ("classifier", "regressor"):
+            for row in chunk:
+                _check_text_count(row, model)
         model.examples_of([row.value for row in chunk], [row.source for row in chunk])
         count += len(chunk)
     return count
+
+
+def _check_text_count(row: Row, model: Any) -> None:
+    """A line holds one text or a pair as the classifier's task takes, said in the file's terms."""
+    pair = isinstance(row.value, tuple)
+    if pair and not model.takes_pairs:
+        raise BertTfError(f"{row.source} is a pair of texts, but {model.task_name} classifies single texts; "
+                          "give one text a line.")
+    if model.takes_pairs and not pair:
+        raise BertTfError(f"{row.source} is one text, but {model.task_name} classifies pairs; give text_a<TAB>text_b "
+                          '(.tsv) or {"text_a": ..., "text_b": ...} (.jsonl) lines.')
 
 
 def chunks(rows: Iterator[Row], size: int) -> Iterator[list[Row]]:

@@ -588,7 +588,10 @@ def test_bert_predict_every_format_and_task(capsys, tmp_path, mrpc, sst2, conll,
     ('{"text_a": "a", "text_b": "b"}\n{"sentence": "a"}\n', 'pairs.jsonl line 2 has no "text" or "text_a"'),
     ('{"text_a": "a", "text_b": null}\n', "pairs.jsonl line 1 text_b is None, not a text"),
     (b'{"text_a": "a", "text_b": "b"}\n{"text_a": "\xff"}\n', "pairs.jsonl line 2 is not UTF-8 text"),
-    ('{"text": "one"}\n', "pairs.jsonl line 1 is one text, but mrpc classifies pairs"),
+    ('{"text": "one"}\n', 'pairs.jsonl line 1 is one text, but mrpc classifies pairs; give text_a<TAB>text_b (.tsv) '
+                         'or {"text_a": ..., "text_b": ...} (.jsonl) lines.'),
+    ('{"text": "one", "text_b": "two"}\n', 'pairs.jsonl line 1 has a "text_b" this line cannot use; a classifier '
+                                          'line gives "text", or "text_a" and "text_b".'),
     ('{"text_a": "a", "text_b": "b", "text": "c"}\n', 'pairs.jsonl line 1 has both "text" and "text_a"; give one'),
 ])
 def test_bert_predict_bad_lines_name_file_and_line(capsys, tmp_path, monkeypatch, mrpc, content, message):
@@ -604,6 +607,20 @@ def test_bert_predict_bad_lines_name_file_and_line(capsys, tmp_path, monkeypatch
     assert lines[-1].startswith("error: ") and "Traceback" not in err
     assert predicted == []  # every line is checked before the first is predicted
     assert list((tmp_path / "out").iterdir()) == []  # nothing half-written, no temporary, no new folder
+
+
+def test_bert_predict_says_what_a_line_must_hold_in_the_files_terms(capsys, tmp_path, sst2, conll):
+    """A pair for a single-text task, and a pair for a tagger (which read it as two words
+    before), are one sentence naming the file and line, with what to write instead."""
+    (tmp_path / "pairs.tsv").write_text("good\nHe said so.\tSo he said.\n")
+    status, err = run_batch(capsys, sst2 / "out", tmp_path / "pairs.tsv", tmp_path / "o.jsonl")
+    assert (status, err) == (1, f"error: {tmp_path / 'pairs.tsv'} line 2 is a pair of texts, but sst-2 classifies "
+                                "single texts; give one text a line.\n")
+    (tmp_path / "ner.jsonl").write_text('{"text": "EU rejects German call"}\n{"text_a": "EU", "text_b": "Bonn"}\n')
+    status, err = run_batch(capsys, conll / "out", tmp_path / "ner.jsonl", tmp_path / "o.jsonl")
+    assert (status, err) == (1, f'error: {tmp_path / "ner.jsonl"} line 2 has a "text_b" this line cannot use; a '
+                                'tagger line gives one text ("text" or "words").\n')
+    assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_bert_predict_bad_flags(capsys, tmp_path, mrpc, squad_v1):
