@@ -4,8 +4,8 @@ and word vectors in a compact format.
 Input (`--input_file`): UTF-8, one text a line, or a pair as `text_a ||| text_b` (the
 separator with a space on each side, as the original's `^(.*) \\|\\|\\| (.*)$`). Each
 line is packed as `[CLS] a [SEP] (b [SEP])` within `--max_seq_length` (see
-`bert_tf.packing`). An empty line is an empty text (as in the original); a line with more
-than one `|||` is refused.
+`bert_tf.packing`). An empty line is an empty text, and a line with several separators
+splits at the last (`a ||| b ||| c` is the pair `a ||| b`, `c`), as in the original.
 
 Output (`--output_file`), by `--output_format` and `--pooling`; layers are the
 `--layers` indices into the encoder's blocks (-1 is the last), in the order given:
@@ -132,26 +132,20 @@ class Line:
     text_b: str | None
 
 
-def parse_line(text: str, index: int, path: str) -> Line:
-    """One input line as the original reads it (stripped, split at ` ||| `), or a `BertTfError`.
+def parse_line(text: str, index: int) -> Line:
+    """One input line as the original reads it: stripped, split at the last ` ||| ` (its
+    regular expression's greedy first group).
 
-    >>> parse_line("Who? ||| Me.\\n", 0, "in.txt")
+    >>> parse_line("Who? ||| Me.\\n", 0)
     Line(index=0, text_a='Who?', text_b='Me.')
-    >>> parse_line("\\n", 2, "in.txt")
+    >>> parse_line("\\n", 2)
     Line(index=2, text_a='', text_b=None)
-    >>> parse_line("a ||| b ||| c", 4, "in.txt")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    bert_tf.errors.BertTfError: Line 5 of in.txt has more than one '|||'; write one text, or one pair as ...
+    >>> parse_line("a ||| b ||| c", 4)
+    Line(index=4, text_a='a ||| b', text_b='c')
     """
     text = text.strip()  # an empty line is an empty text, as the original reads it: [CLS] [SEP]
-    if text.count("|||") > 1:
-        raise BertTfError(
-            f"Line {index + 1} of {path} has more than one '|||'; write one text, or one pair as "
-            "'text_a ||| text_b', a line."
-        )
-    text_a, separator, text_b = text.partition(SEPARATOR)
-    return Line(index, text_a, text_b if separator else None)
+    text_a, separator, text_b = text.rpartition(SEPARATOR)
+    return Line(index, text_a, text_b) if separator else Line(index, text, None)
 
 
 def read_lines(path: str) -> Iterator[Line]:
@@ -163,7 +157,7 @@ def read_lines(path: str) -> Iterator[Line]:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
                 raise BertTfError(f"Line {index + 1} of {path} is not UTF-8 text; save the file as UTF-8.") from None
-            yield parse_line(text, index, path)
+            yield parse_line(text, index)
 
 
 # === Features ===

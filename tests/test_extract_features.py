@@ -238,7 +238,8 @@ def test_packing_equals_the_originals(tmp_path, vocab, do_lower_case):
     mrpc = shared_file("glue/MRPC/dev.tsv").read_text(encoding="utf-8").splitlines()[1:41]
     lines = [f"{row.split(chr(9))[3]} ||| {row.split(chr(9))[4]}" for row in mrpc]
     lines += [row.split("\t")[3] for row in mrpc[:10]]  # single texts
-    lines += ["a|||b, no spaces: one text", "\u5f00\u5fc3 Caf\u00e9 \u00c9T\u00c9 ||| \u00fcber", "x |||  y\t", ""]
+    lines += ["a|||b, no spaces: one text", "\u5f00\u5fc3 Caf\u00e9 \u00c9T\u00c9 ||| \u00fcber", "x |||  y\t", "",
+              "two ||| separators ||| split at the last", "ends with a separator |||", "||| starts with one"]
     path = tmp_path / "input.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     for max_seq_length in (16, 128):
@@ -251,7 +252,6 @@ def test_packing_equals_the_originals(tmp_path, vocab, do_lower_case):
 @pytest.mark.parametrize(
     "content, flags, message",
     [
-        ("a ||| b ||| c\n", [], r"^error: Line 1 of \S+ has more than one '\|\|\|'"),
         (b"caf\xe9\n", [], r"^error: Line 1 of \S+ is not UTF-8 text; save the file as UTF-8\.$"),
         ("fine\n", ["--layers=-7"], r"^error: --layers value -7 is out of range for a model of 6 layers"),
         ("fine\n", ["--layers=last"], r"^error: --layers='last' is not a comma-separated list of integers"),
