@@ -27,7 +27,7 @@ from bert_tf.errors import BertTfError
 from bert_tf.progress import progress_bar
 from fine_tune.export import EXPORT_INFO, LABELS_FILE, SIGNATURE, WORDS_SIGNATURE
 from fine_tune.heads import Prediction
-from fine_tune.predictor import (PROGRESS_MIN_ROWS, Answer, Classifier, QuestionAnswerer, Regressor,
+from fine_tune.predictor import (PROGRESS_DELAY_SECONDS, Answer, Classifier, QuestionAnswerer, Regressor,
                                  Tagger, TaskModel)
 
 SAVED_MODEL = "saved_model.pb"
@@ -99,7 +99,7 @@ class ExportedModel(TaskModel):
     def predict_rows(self, rows: Sequence[Any], sources: Sequence[str] | None = None,
                      progress: bool = True) -> tuple[list[Any], int]:
         inputs = self.examples_of(rows, sources)
-        bar = progress_bar(len(inputs), "inputs", enabled=progress and len(inputs) >= PROGRESS_MIN_ROWS)
+        bar = progress_bar(len(inputs), "inputs", enabled=progress, delay=PROGRESS_DELAY_SECONDS)
         results: list[Any] = []
         truncated = 0
         for start in range(0, len(inputs), self.batch_size):

@@ -138,16 +138,21 @@ def test_long_inputs_go_in_chunks_with_a_progress_bar(sst2, capsys, monkeypatch)
     model = load_task_model(sst2 / "out")
     sentences = [row[1] for row in read_rows(sst2 / "data" / "test.tsv")[1:]]
     whole = model.predict(sentences)
-    monkeypatch.setattr(predictor, "INPUT_CHUNK", 5)
-    monkeypatch.setattr(predictor, "PROGRESS_MIN_ROWS", 10)
+    vectors = model.embed(sentences, "mean")
     capsys.readouterr()
+    model.predict(sentences[:9])
+    model.embed(sentences[:9], "mean")
+    assert capsys.readouterr().err == ""  # quick calls: no progress bar
+    monkeypatch.setattr(predictor, "INPUT_CHUNK", 5)
+    monkeypatch.setattr(predictor, "PROGRESS_DELAY_SECONDS", 0.0)  # as if each call were long
     chunked = model.predict(sentences)
     assert [r.label for r in chunked] == [r.label for r in whole]
     np.testing.assert_allclose([r.probabilities for r in chunked], [r.probabilities for r in whole], atol=1e-6)
     err = capsys.readouterr().err
     assert f"{len(sentences)}/{len(sentences)} [" in err and "inputs/s]" in err
-    model.predict(sentences[:9])
-    assert capsys.readouterr().err == ""  # few inputs: no progress bar
+    np.testing.assert_allclose(model.embed(sentences, "mean"), vectors, atol=1e-6)
+    err = capsys.readouterr().err
+    assert f"{len(sentences)}/{len(sentences)} [" in err and "texts/s]" in err
 
 
 # === Tagging ===
