@@ -145,6 +145,10 @@ def file_lines(path: str) -> Iterator[tuple[int, str]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
+                # A file cut off (a copy or download that stopped) can end inside a character.
+                if error.reason == "unexpected end of data" and not raw.endswith(b"\n"):
+                    raise BertTfError(f"{path} ends in the middle of a character (line {number}): the file looks "
+                                      "cut off; copy or extract it again.") from None
                 raise BertTfError(
                     f"{path} line {number} is not valid UTF-8 (byte {error.start + 1} of the line); "
                     "convert the file to UTF-8 first (e.g. iconv -f GBK -t UTF-8)."

@@ -154,6 +154,20 @@ def test_bad_input_names_file_and_line_and_writes_nothing(tmp_path, relative, ra
     assert list(tmp_path.iterdir()) == [path]
 
 
+def test_a_file_cut_inside_a_character_is_called_cut_off(tmp_path):
+    """zhwiki lines 1-12, the last cut after the first byte of its first Chinese character:
+    a file cut off, not a file in another encoding."""
+    content = "".join(lines_of(ZHWIKI, (1, 12))).encode("utf-8")
+    cut = content.rindex(b"\n", 0, len(content) - 1) + 1  # the start of line 12
+    cut += next(i for i, byte in enumerate(content[cut:]) if byte >= 0xE0) + 1  # one byte into a 3-byte character
+    path = tmp_path / "wiki_00"
+    path.write_bytes(content[:cut])
+    with pytest.raises(BertTfError, match=f"^{re.escape(str(path))} ends in the middle of a character \\(line 12\\): "
+                                          "the file looks cut off; copy or extract it again\\.$"):
+        prepare([str(path)], str(tmp_path / "out.txt"), sentence_splitter("zh"), InputFormat("wikiextractor"))
+    assert list(tmp_path.iterdir()) == [path]
+
+
 def test_csv_quote_left_open_is_named(tmp_path):
     # waimai line 11018 (a quoted review) with its closing quote cut off, after 2 good lines.
     lines = lines_of("pretrain/zh/waimai_10k.csv", (1, 2), (11018, 11018))
