@@ -6,7 +6,7 @@ where it stopped (our pre-training resumes from its checkpoints, HF's from its o
 every finished fine-tuning run is a JSON file that is not run again):
 
 1. corpus: `python -m data_prep.prepare_corpus --input_format=wikiextractor` on the
-   shared English Wikipedia articles; every `--held_out_every`-th article is held out;
+   shared English Wikipedia articles; every 50th article (20th in Chinese) is held out;
 2. records: `create_pretraining_data.py` with Google's uncased vocabulary at seq 128
    (phase 1), seq 512 (phase 2) and held-out seq 128;
 3. pre-training, BERT-tiny (2 layers, hidden 128) from scratch, two phases as the
@@ -575,6 +575,19 @@ def rates(text: str) -> tuple[float, ...]:
     return tuple(float(rate) for rate in text.split(","))
 
 
+def subset(parser: argparse.ArgumentParser, flag: str, names: str | None, items: tuple, also: tuple[str, ...] = ()) -> tuple:
+    """The ``items`` whose names ``names`` lists (all of them without it); a name that is
+    neither one of them nor in ``also`` is refused, rather than silently running less."""
+    if names is None:
+        return items
+    wanted = names.split(",")
+    known = [*(item.name for item in items), *also]
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        parser.error(f"{flag}: {', '.join(unknown)} is not one of {', '.join(known)}.")
+    return tuple(item for item in items if item.name in wanted)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work_dir", required=True, help="Every stage's output and record; re-run to resume.")
@@ -603,15 +616,12 @@ def main() -> None:
                         help="Build a vocabulary of this size from the training articles (a new --work_dir: the "
                         "records depend on it); 0: Google's.")
     parser.add_argument("--tasks", default=None, help="Comma-separated subset of the language's tasks.")
-    parser.add_argument("--models", default=None, help="Comma-separated subset of the pre-trained models (en: ours,hf).")
+    parser.add_argument("--models", default=None, help="Comma-separated subset of the pre-trained models (en: ours,hf; "
+                        "zh: wwm,plain); random initialisation is always fine-tuned, and 'random' alone runs only it.")
     args = parser.parse_args()
     language = LANGUAGES[args.language]
-    if args.tasks:
-        language = dataclasses.replace(language, tasks=tuple(t for t in language.tasks if t.name in args.tasks.split(",")))
-    if args.models:
-        language = dataclasses.replace(
-            language, models=tuple(m for m in language.models if m.name in args.models.split(","))
-        )
+    language = dataclasses.replace(language, tasks=subset(parser, "--tasks", args.tasks, language.tasks),
+                                   models=subset(parser, "--models", args.models, language.models, also=("random",)))
     work = Work(pathlib.Path(args.work_dir))
     stages = {"corpus": work.stage("corpus", lambda: prepare_corpus(work, language))}
     if args.vocab_size:
