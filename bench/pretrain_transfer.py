@@ -575,7 +575,29 @@ def rates(text: str) -> tuple[float, ...]:
     return tuple(float(rate) for rate in text.split(","))
 
 
-def subset(parser: argparse.ArgumentParser, flag: str, names: str | None, items: tuple, also: tuple[str, ...] = ()) -> tuple:
+# The flags that shape the records and the pre-trained models: a stage cached under one of
+# them must not be reused under another. Fine-tuning settings are in each run's stage name.
+PRETRAINING_FLAGS = ("language", "dupe_factor", "vocab_size", "phase1_steps", "phase2_steps", "batch_size",
+                     "phase2_batch_size", "learning_rate", "mixed_precision", "seed")
+
+
+def same_pretraining_settings(parser: argparse.ArgumentParser, work: Work, args: argparse.Namespace) -> None:
+    """Records the pre-training flags in the work dir, and refuses a re-run that changes them."""
+    settings = {flag: getattr(args, flag) for flag in PRETRAINING_FLAGS}
+    record = work.path("pretraining_settings.json")
+    if record.exists():
+        before = json.loads(record.read_text())
+        changed = [f"--{flag} {before.get(flag)} (now {value})" for flag, value in settings.items()
+                   if before.get(flag) != value]
+        if changed:
+            parser.error(f"--work_dir {work.root} was made with {', '.join(changed)}; give the same flags to resume it, "
+                         "or another --work_dir.")
+    else:
+        record.write_text(json.dumps(settings, indent=2) + "\n")
+
+
+def subset(parser: argparse.ArgumentParser, flag: str, names: str | None, items: tuple,
+           also: tuple[str, ...] = ()) -> tuple:
     """The ``items`` whose names ``names`` lists (all of them without it); a name that is
     neither one of them nor in ``also`` is refused, rather than silently running less."""
     if names is None:
@@ -590,7 +612,8 @@ def subset(parser: argparse.ArgumentParser, flag: str, names: str | None, items:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work_dir", required=True, help="Every stage's output and record; re-run to resume.")
+    parser.add_argument("--work_dir", required=True,
+                        help="Every stage's output and record; re-run with the same pre-training flags to resume.")
     parser.add_argument("--language", choices=sorted(LANGUAGES), default="en")
     parser.add_argument("--dupe_factor", type=int, default=3)
     # Steps, not batch size, get BERT-tiny off the "frequent tokens" plateau: 2400 steps of
@@ -623,6 +646,7 @@ def main() -> None:
     language = dataclasses.replace(language, tasks=subset(parser, "--tasks", args.tasks, language.tasks),
                                    models=subset(parser, "--models", args.models, language.models, also=("random",)))
     work = Work(pathlib.Path(args.work_dir))
+    same_pretraining_settings(parser, work, args)
     stages = {"corpus": work.stage("corpus", lambda: prepare_corpus(work, language))}
     if args.vocab_size:
         stages["vocab"] = work.stage(f"vocab-{args.vocab_size}", lambda: corpus_vocab(work, args.vocab_size))
