@@ -276,10 +276,12 @@ class FineTuningTrainer:
         """
         plan = batching.batch_plan(features.lengths, batch_size, self.config.padding)
         data, spec = self._prediction_batches(features, plan)
-        # One traced function per batch layout, reused by every evaluation of the run.
+        # One traced function per batch layout, reused by every evaluation of the run. Called
+        # as the concrete function: a tf.function matches each call's inputs against its
+        # traces first, about 0.8 ms of the 15 a batch of one takes (MiniLM-L6, SST-2).
         key = tuple(sorted(spec))
         if key not in self._predict_functions:
-            self._predict_functions[key] = tf.function(self._predict_step, input_signature=[spec])
+            self._predict_functions[key] = tf.function(self._predict_step).get_concrete_function(spec)
         predict_step = self._predict_functions[key]
         rows: list[Any] = [None] * len(features)
         lengths = features.lengths

@@ -87,7 +87,7 @@ def saved_xla_functions(export_dir: pathlib.Path) -> int:
 
 def predictor_xla_functions(model: Any) -> int:
     """`xla_functions` of the prediction steps a `load_task_model` model has traced so far."""
-    return sum(xla_functions(step.get_concrete_function().graph.as_graph_def())
+    return sum(xla_functions(step.graph.as_graph_def())
                for step in model.trainer._predict_functions.values())
 
 

@@ -44,12 +44,14 @@ def two_step_config(output_dir: str) -> TrainingConfig:
                           learning_rate=0.05, lr_decay="from_peak", iterations_per_loop=1, save_checkpoints_steps=100)
 
 
-def two_step_weights(strategy: tf.distribute.Strategy, output_dir: str) -> list[np.ndarray]:
-    """The weights after the loop's 2 steps on `repeated_token_features` under `strategy`."""
+def two_step_run(strategy: tf.distribute.Strategy, output_dir: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(the weights after the loop's 2 steps on `repeated_token_features` under `strategy`,
+    the trained model's predictions of those rows, in one batch split across the replicas)."""
     with strategy.scope():
         model = classifier(seed=7)
-    FineTuningTrainer(model, classification_loss, False, two_step_config(output_dir), strategy).train(repeated_token_features())
-    return [np.asarray(v) for v in model.trainable_variables]
+    trainer = FineTuningTrainer(model, classification_loss, False, two_step_config(output_dir), strategy)
+    trainer.train(repeated_token_features())
+    return [np.asarray(v) for v in model.trainable_variables], trainer.predict(repeated_token_features(), batch_size=4)
 
 
 def test_two_steps_clip_the_dense_global_norm(tmp_path):
@@ -109,12 +111,14 @@ MIRRORED_SCRIPT = textwrap.dedent(
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from tests.test_fine_tune_trainer import two_step_weights
+    from tests.test_fine_tune_trainer import two_step_run
 
-    one = two_step_weights(tf.distribute.OneDeviceStrategy("/cpu:0"), sys.argv[1] + "/one")
-    two = two_step_weights(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), sys.argv[1] + "/two")
+    one, one_predicted = two_step_run(tf.distribute.OneDeviceStrategy("/cpu:0"), sys.argv[1] + "/one")
+    two, two_predicted = two_step_run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), sys.argv[1] + "/two")
     print("max_difference", max(float(np.abs(a - b).max()) for a, b in zip(one, two)))
     print("same", all(np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(one, two)))
+    print("same predictions", len(two_predicted) == 4 and all(
+        np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(one_predicted, two_predicted)))
     """
 )
 
@@ -122,10 +126,11 @@ MIRRORED_SCRIPT = textwrap.dedent(
 def test_two_replicas_take_the_same_clipped_steps_as_one_device(tmp_path, project):
     """MirroredStrategy over two logical CPUs, each replica with half of each batch, ends
     with the weights of one device (before the shared `Updater`, fine-tuning under
-    MirroredStrategy stopped at its first step: `int()` of a mirrored step counter)."""
+    MirroredStrategy stopped at its first step: `int()` of a mirrored step counter), and
+    predicts every row as one device does (each replica's rows put back in row order)."""
     result = project.run("-c", MIRRORED_SCRIPT, str(tmp_path), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "same True" in result.stdout, result.stdout[-500:]
+    assert "same True" in result.stdout and "same predictions True" in result.stdout, result.stdout[-500:]
 
 
 def test_a_diverging_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
@@ -200,7 +205,7 @@ def test_prediction_through_xla_gives_the_models_answers(tmp_path, padding):
     trainer = FineTuningTrainer(model, classification_loss, False, training, tf.distribute.get_strategy())
     outputs = trainer.predict(features, batch_size=16)
     (step,) = trainer._predict_functions.values()
-    assert xla_functions(step.get_concrete_function().graph.as_graph_def()) > 0
+    assert xla_functions(step.graph.as_graph_def()) > 0
     for row, got in zip(ids, outputs):
         alone = {"input_word_ids": row[None], "input_mask": np.ones_like(row)[None], "input_type_ids": np.zeros_like(row)[None]}
         np.testing.assert_allclose(got, np.asarray(model(alone, training=False))[0], atol=1e-5)
