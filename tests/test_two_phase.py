@@ -239,6 +239,20 @@ def test_all_mode_from_an_unfinished_phase_1_warns(phases, tmp_path):
                       f"command on {phases['phase1']}).")
 
 
+def test_all_mode_under_other_schedule_flags_warns_and_uses_them(phases, tmp_path):
+    """Phase 2 given another peak rate and warm-up than phase 1's: the rate at the carried
+    step is this run's schedule's (the original computes it from its flags and the step),
+    and the log says which flags moved it."""
+    flags = phase2_flags(phases, tmp_path / "phase2", "all", num_train_steps=TOTAL_STEPS, learning_rate=2 * PEAK,
+                         num_warmup_steps=WARMUP + 1)  # fmt: skip
+    log: list[str] = []
+    session, _ = started(flags, tmp_path, log)
+    assert float(session.optimizer.learning_rate) == pytest.approx(2 * PEAK * (1 - PHASE1_STEPS / TOTAL_STEPS), rel=1e-6)
+    assert log[1:] == [f"Warning: --learning_rate={2 * PEAK} (its run: {PEAK}), --num_warmup_steps={WARMUP + 1} (its run: "
+                       f"{WARMUP}): the schedule goes on from step {PHASE1_STEPS} with this run's values; give its run's "
+                       "to continue its schedule."]
+
+
 # === Bad input: one sentence, exit status 1 ===
 def test_rerunning_phase_1_dir_with_phase_2_records_is_refused(phases, capsys):
     before = sorted(os.listdir(phases["phase1"]))
