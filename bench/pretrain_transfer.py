@@ -51,6 +51,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/finetune.py
 
 from bench.common import data_dir, print_table, write_json  # noqa: E402
+from bert_tf.flags import setting_changes  # noqa: E402
 
 PREDICTIONS = {128: 20, 512: 80}  # the original's max_predictions_per_seq at each length
 
@@ -586,12 +587,10 @@ def same_pretraining_settings(parser: argparse.ArgumentParser, work: Work, args:
     settings = {flag: getattr(args, flag) for flag in PRETRAINING_FLAGS}
     record = work.path("pretraining_settings.json")
     if record.exists():
-        before = json.loads(record.read_text())
-        changed = [f"--{flag} {before.get(flag)} (now {value})" for flag, value in settings.items()
-                   if before.get(flag) != value]
-        if changed:
-            parser.error(f"--work_dir {work.root} was made with {', '.join(changed)}; give the same flags to resume it, "
-                         "or another --work_dir.")
+        changes = setting_changes(json.loads(record.read_text()), settings)
+        if changes:
+            parser.error(f"--work_dir {work.root} was made with other pre-training flags ({changes}); give the same "
+                         "flags to resume it, or another --work_dir.")
     else:
         record.write_text(json.dumps(settings, indent=2) + "\n")
 

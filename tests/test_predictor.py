@@ -318,8 +318,9 @@ def test_embed_pools_the_encoder_layers(mrpc, capsys):
     capsys.readouterr()
     long = " ".join(["word"] * (model.max_seq_length + 10))
     assert len(model.embed([long, "short", long], "none")[0]) == model.max_seq_length  # cut as in training
-    assert without_progress_bars(capsys.readouterr().err) == (f"note: 2 inputs of 3 are longer than max_seq_length={model.max_seq_length} "
-                                       "WordPieces; they were truncated as in training.\n")
+    assert without_progress_bars(capsys.readouterr().err) == (
+        f"note: 2 inputs of 3 are longer than max_seq_length={model.max_seq_length} WordPieces; they were truncated "
+        "as in training.\n")
     with pytest.raises(BertTfError, match="not one of cls, mean, first_subword, none"):
         model.embed("x", "max")
     with pytest.raises(BertTfError, match="out of range for a model of 2 layers"):

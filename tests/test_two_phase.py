@@ -248,9 +248,9 @@ def test_all_mode_under_other_schedule_flags_warns_and_uses_them(phases, tmp_pat
     log: list[str] = []
     session, _ = started(flags, tmp_path, log)
     assert float(session.optimizer.learning_rate) == pytest.approx(2 * PEAK * (1 - PHASE1_STEPS / TOTAL_STEPS), rel=1e-6)
-    assert log[1:] == [f"Warning: --learning_rate={2 * PEAK} (its run: {PEAK}), --num_warmup_steps={WARMUP + 1} (its run: "
-                       f"{WARMUP}): the schedule goes on from step {PHASE1_STEPS} with this run's values; give its run's "
-                       "to continue its schedule."]
+    assert log[1:] == [f"Warning: the schedule goes on from step {PHASE1_STEPS} with this run's flags (learning_rate "
+                       f"was {PEAK}, now {2 * PEAK}, num_warmup_steps was {WARMUP}, now {WARMUP + 1}); give its run's to "
+                       "continue its schedule."]
 
 
 # === Bad input: one sentence, exit status 1 ===

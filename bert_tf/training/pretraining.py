@@ -83,13 +83,13 @@ CARRIED_STATE = ("optimizer", "global_step", "examples", "dropout_seeds")
 EVAL_DIR = "eval"  # TensorBoard scalars of the evaluations
 # The flags a resumed run must repeat (with the model config and the input files): they
 # fix the schedule, the batches and the arithmetic of every step.
+RESUMED_SETTINGS = ("train_batch_size", "gradient_accumulation_steps", "learning_rate", "num_train_steps",
+                    "num_warmup_steps", "optimizer", "adam_bias_correction", "lr_decay", "mixed_precision", "seed",
+                    "dynamic_masking")  # fmt: skip
 # The flags that, with the step, give the learning rate: carrying a run's step under other
 # values moves the rate at that step, as it would in the original (its schedule is a
 # function of the flags and the global step), so it is said.
 SCHEDULE_SETTINGS = ("learning_rate", "num_warmup_steps", "lr_decay")
-RESUMED_SETTINGS = ("train_batch_size", "gradient_accumulation_steps", "learning_rate", "num_train_steps",
-                    "num_warmup_steps", "optimizer", "adam_bias_correction", "lr_decay", "mixed_precision", "seed",
-                    "dynamic_masking")  # fmt: skip
 
 
 class PretrainingRun:
@@ -265,13 +265,11 @@ class PretrainingRun:
                 f"steps early, with the schedule where step {step} left it; if that run was interrupted, resume it "
                 f"first (the same command on {os.path.dirname(prefix)})."
             )
-        changed = [f"--{name}={self.phase.settings[name]} (its run: {carried.settings[name]})"
-                   for name in SCHEDULE_SETTINGS
-                   if carried and carried.settings and carried.settings.get(name, self.phase.settings[name])
-                   != self.phase.settings[name]]  # fmt: skip
-        if changed:
-            self.log(f"Warning: {', '.join(changed)}: the schedule goes on from step {step} with this run's values; "
-                     "give its run's to continue its schedule.")
+        schedule = {name: self.phase.settings[name] for name in SCHEDULE_SETTINGS}
+        changes = setting_changes(carried.settings or {}, schedule) if carried else ""
+        if changes:
+            self.log(f"Warning: the schedule goes on from step {step} with this run's flags ({changes}); give its "
+                     "run's to continue its schedule.")
 
     @staticmethod
     def _training_prefix(path: str) -> str:
