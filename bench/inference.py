@@ -12,13 +12,16 @@ itself (SST-2 sentences, MRPC pairs) and returns label names:
 - `hf_bf16`: the same under `torch.autocast("cpu", dtype=torch.bfloat16)`;
 - `ours_predictor`: `bert_tf.load_task_model(run_dir).predict(texts)`;
 - `ours_predictor_bf16`: the same predictor in bfloat16
-  (`load_task_model(run_dir, mixed_precision="bf16")`: a `mixed_bfloat16` model);
+  (`load_task_model(run_dir, mixed_precision="bf16")`: the encoder's projections computed
+  in bfloat16, everything else float32, as `torch.autocast` does);
 - `ours_savedmodel`: our `bert-export` SavedModel, in a fresh `python -I` process that
   imports only tensorflow and tensorflow_text (asked over a pipe, one JSON line a request:
   its time includes that round trip, measured alone as `pipe_round_trip_ms`);
 - `ours_savedmodel_bf16_math`: the same SavedModel in a process started with
   `TF_SET_ONEDNN_FPMATH_MODE=BF16` (oneDNN's bf16 math mode: the float32 model's matmuls
   in bfloat16, on AMX where the CPU has it; `bert_tf.onednn`);
+- `ours_savedmodel_bf16`: a `bert-export --mixed_precision=bf16` SavedModel (its
+  projections in bfloat16, as `ours_predictor_bf16`), fresh process;
 - `ours_predictor_xla`, `ours_savedmodel_xla`: the predictor with `jit_compile=True` and a
   `bert-export --jit_compile` SavedModel (fresh process): the model through XLA, each
   new batch shape compiled once (the first pass over the dev set compiles the batch-32
@@ -127,14 +130,15 @@ def hf_classifier(run, hf_dir: pathlib.Path):
     return model.eval(), tokenizer
 
 
-def saved_model(run_dir: pathlib.Path, export_dir: pathlib.Path, jit_compile: bool = False) -> dict:
+def saved_model(run_dir: pathlib.Path, export_dir: pathlib.Path, jit_compile: bool = False,
+                mixed_precision: str = "none") -> dict:
     """Our bert-export SavedModel of the run, exported once; {"export_seconds"} when exported now."""
     from fine_tune import export
 
     if export_dir.is_dir():
         return {}
     start = time.perf_counter()
-    export.export(str(run_dir), str(export_dir), jit_compile=jit_compile)
+    export.export(str(run_dir), str(export_dir), jit_compile=jit_compile, mixed_precision=mixed_precision)
     return {"export_seconds": time.perf_counter() - start}
 
 
@@ -338,7 +342,7 @@ def agreement(a: Sequence[str], b: Sequence[str]) -> int:
 
 # bf16 contender: its fp32 twin.
 TWINS = {"hf_bf16": "hf", "ours_predictor_bf16": "ours_predictor", "ours_predictor_bf16_math": "ours_predictor",
-         "ours_savedmodel_bf16_math": "ours_savedmodel"}
+         "ours_savedmodel_bf16_math": "ours_savedmodel", "ours_savedmodel_bf16": "ours_savedmodel"}
 
 
 def measure(contenders: dict[str, Predict], rows: list[Row], gold: list[str], rounds: int,
@@ -403,6 +407,7 @@ def bench_task(task: str, args: argparse.Namespace) -> dict:
     run_dir, fine_tuning = fine_tuned_run(task, pathlib.Path(args.cache_dir), args.train_rows)
     export_info = saved_model(run_dir, cache / "saved_model")
     saved_model(run_dir, cache / "saved_model_xla", jit_compile=True)
+    saved_model(run_dir, cache / "saved_model_bf16", mixed_precision="bf16")
     classifier = bert_tf.load_task_model(run_dir, batch_size=BATCH)
     labels = classifier.labels
     hf_model, tokenizer = hf_classifier(classifier.run, cache / "hf")
@@ -412,6 +417,7 @@ def bench_task(task: str, args: argparse.Namespace) -> dict:
         "ours_savedmodel": Child(saved_model_argv),
         "ours_savedmodel_xla": Child([*saved_model_argv[:-1], str(cache / "saved_model_xla")]),
         "ours_savedmodel_bf16_math": Child(saved_model_argv, env={"TF_SET_ONEDNN_FPMATH_MODE": "BF16"}),
+        "ours_savedmodel_bf16": Child([*saved_model_argv[:-1], str(cache / "saved_model_bf16")]),
         "ours_predictor_bf16_math": Child([sys.executable, "-c", PREDICTOR_CHILD, str(run_dir), str(BATCH)],
                                           env={"PYTHONPATH": os.pathsep.join(filter(None, (
                                               str(pathlib.Path(__file__).resolve().parent.parent),

@@ -182,12 +182,19 @@ class PositionwiseDense(keras.layers.Dense):
     ('int8', True)
     """
 
+    #: The dtype the product is computed in, its inputs and kernel cast to it and the result
+    #: cast back (None: the layer's compute dtype); set by `compute_projections_in`.
+    matmul_dtype: str | None = None
+
     def call(self, inputs, training=None):
         if len(inputs.shape) != 3:
             return super().call(inputs, training=training)
         batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
-        rows = ops.reshape(inputs, (1, -1, self.kernel.shape[0]))
-        outputs = ops.reshape(ops.matmul(rows, ops.expand_dims(self.kernel, 0)), (batch, length, self.units))
+        rows, kernel = ops.reshape(inputs, (1, -1, self.kernel.shape[0])), ops.expand_dims(self.kernel, 0)
+        if self.matmul_dtype is not None:
+            rows, kernel = ops.cast(rows, self.matmul_dtype), ops.cast(kernel, self.matmul_dtype)
+        product = ops.cast(ops.matmul(rows, kernel), self.compute_dtype)
+        outputs = ops.reshape(product, (batch, length, self.units))
         if self.bias is not None:
             outputs = ops.add(outputs, self.bias)
         return outputs if self.activation is None else self.activation(outputs)
@@ -195,6 +202,37 @@ class PositionwiseDense(keras.layers.Dense):
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras' Dense refuses subclasses (its quantized call does not use `call`, so ours is fine).
         return super().quantize(mode, type_check=False, config=config)
+
+
+def compute_projections_in(model: keras.Layer, dtype: str) -> int:
+    """Computes the matmul of every `PositionwiseDense` of `model` (the encoder's query, key,
+    value, attention output, intermediate and output projections) in `dtype`, and returns how
+    many: `torch.autocast`'s way to bfloat16 inference. The projections' inputs and kernels
+    are cast to `dtype`, their products (accumulated in float32 by oneDNN) cast back, and
+    everything else (embeddings, attention scores, softmax, LayerNorm, GELU, heads) stays in
+    the model's own dtype, so only the casts of the matmuls' operands are added. Why not the
+    `mixed_bfloat16` policy: its casts around every layer and its bf16 element-wise ops cost
+    what the matmuls gain on a CPU. Measured on an AMD EPYC with AVX512-BF16 (MiniLM-L6,
+    forward of 32 x 48 tokens): 1.49-1.58x float32, where `mixed_bfloat16` gave 1.24-1.45x
+    end to end. Set it before the model's function is traced.
+
+    Example (a product of bf16-rounded operands, within a bf16 step of float32's):
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).standard_normal((2, 4, 64)).astype("float32")
+    >>> layer = PositionwiseDense(8)
+    >>> exact = ops.convert_to_numpy(layer(x))
+    >>> compute_projections_in(layer, "bfloat16"), layer.compute_dtype
+    (1, 'float32')
+    >>> rounded = ops.convert_to_numpy(layer(x))
+    >>> gap = float(np.abs(rounded - exact).max() / np.abs(exact).max())
+    >>> rounded.dtype, 1e-4 < gap < 2 ** -7
+    (dtype('float32'), True)
+    """
+    projections = [layer for layer in model._flatten_layers(include_self=True, recursive=True)
+                   if isinstance(layer, PositionwiseDense)]
+    for layer in projections:
+        layer.matmul_dtype = dtype
+    return len(projections)
 
 
 # === Transformer block ===

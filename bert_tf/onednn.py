@@ -15,8 +15,9 @@ Two things to know, both TensorFlow's:
 - TensorFlow reads the variable once, when the process creates its first oneDNN matmul;
   set later, it is ignored. `enable_bf16_math` therefore checks that the mode took.
 
-`bert-predict --mixed_precision=bf16` (one model a process) uses it where it takes and the
-`mixed_bfloat16` policy elsewhere; a server of a `bert-export` SavedModel gets it by
+`bert-predict --mixed_precision=bf16` (one model a process) uses it where it takes and
+casts the projections to bfloat16 elsewhere (`bert_tf.layers.compute_projections_in`: the
+mode did not take on an AMD EPYC with AVX512-BF16); a server of a `bert-export` SavedModel gets it by
 starting with the variable set. TensorFlow-only: not a model module.
 """
 

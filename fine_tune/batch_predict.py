@@ -25,9 +25,10 @@ and line named) stops the run at once; the output is written under a temporary n
 and renamed when complete, so a failure leaves no partial output (nor a new folder).
 SQuAD 2.0 and other task flags the run does not record go in `--setting name=value` (e.g.
 `--setting version_2_with_negative=true`). `--mixed_precision=bf16` (a run dir) computes in
-bfloat16: where TensorFlow takes oneDNN's bf16 math mode (a CPU with AVX512-BF16 or AMX;
-measured on AMX), a float32 model whose matmuls run in bfloat16 (`bert_tf.onednn`);
-elsewhere the model under the `mixed_bfloat16` policy. An export computes in what
+bfloat16: where TensorFlow takes oneDNN's bf16 math mode (measured on an Intel Xeon with
+AMX), a float32 model whose matmuls run in bfloat16 (`bert_tf.onednn`); elsewhere the
+encoder's projections cast to bfloat16 and back, as `torch.autocast` does
+(`bert_tf.layers.compute_projections_in`; the AVX512-BF16 AMD EPYC). An export computes in what
 `bert-export --mixed_precision` gave it (serve a float32 one with
 `TF_SET_ONEDNN_FPMATH_MODE=BF16` set for the math mode). `--jit_compile` runs the model
 through XLA; it does not combine with bf16 (XLA's matmuls do not take oneDNN's mode).
@@ -76,8 +77,8 @@ FLAGS = flag_values(
 set_help(FLAGS, "input_file", "The file of inputs, one a line: .txt, .tsv or .jsonl (see above).")
 set_help(FLAGS, "jit_compile", "Predict through XLA (a run dir): faster small batches, each new batch shape "
          "compiled once (~1 s) the first time it comes (bert_tf.by_length).")
-set_help(FLAGS, "mixed_precision", "bf16: oneDNN's bf16 math mode where the CPU takes it, else the mixed_bfloat16 "
-         "policy (a run dir; see above).")
+set_help(FLAGS, "mixed_precision", "bf16: oneDNN's bf16 math mode where the CPU takes it, else the encoder's "
+         "projections computed in bfloat16 (a run dir; see above).")
 
 
 def _check(args: FlagValues) -> str:

@@ -150,10 +150,10 @@ def load_task_model(run_dir: str | os.PathLike, batch_size: int = 32, prefer_bes
             sorted by length: `bert_tf.by_length`).
         prefer_best: use the best dev checkpoint (`best/`) when the run kept one; None (the
             default): as the run's `--use_best_checkpoint` did for its own predictions.
-        mixed_precision: "bf16" computes in bfloat16 under the `mixed_bfloat16` policy (1.0-1.6x
-            float32's throughput measured on CPUs with AMX, the same labels; see `load_run`), "none"
-            in float32. An export computes in what it was exported with. On such a CPU a float32
-            model in oneDNN's bf16 math mode is faster (1.6-1.8x): `bert_tf.onednn`.
+        mixed_precision: "bf16" computes the encoder's projections in bfloat16, as
+            `torch.autocast` does (`load_run`), "none" in float32. An export computes in what it
+            was exported with. On a CPU with AMX a float32 model in oneDNN's bf16 math mode is
+            faster (1.6-1.8x float32): `bert_tf.onednn`.
         jit_compile: run the model through XLA: faster small batches (a batch of one 1.3x on an
             Intel Xeon), each new batch shape compiled once (~1 s) the first time it comes. An
             export runs as it was exported (`bert-export --jit_compile`).

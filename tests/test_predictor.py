@@ -333,12 +333,15 @@ def test_embed_pools_the_encoder_layers(mrpc, capsys):
 
 
 def test_bf16_predicts_in_bfloat16_near_float32(mrpc, capsys, tmp_path):
-    """`mixed_precision="bf16"`: a `mixed_bfloat16` model whose probabilities are float32's to bf16's
-    precision (not equal to them: it computes in bf16); bert-predict --mixed_precision=bf16 is the same."""
+    """`mixed_precision="bf16"`: a float32 model whose projections compute in bfloat16 (as
+    torch.autocast does), with probabilities float32's to bf16's precision (not equal to them: it
+    computes in bf16); bert-predict --mixed_precision=bf16 is the same where oneDNN's bf16 math
+    mode does not take (where it does, the math mode's float32 model: tests/test_onednn.py)."""
     fp32, bf16 = load_task_model(mrpc / "out"), load_task_model(mrpc / "out", mixed_precision="bf16")
-    encoders = [next(layer for layer in model.run.model.layers if isinstance(layer, bert_tf.BertEncoder))
-                for model in (fp32, bf16)]
-    assert [encoder.word_embeddings.dtype_policy.name for encoder in encoders] == ["float32", "mixed_bfloat16"]
+    projections = [[(layer.compute_dtype, layer.matmul_dtype) for layer in model.run.model._flatten_layers()
+                    if isinstance(layer, bert_tf.layers.PositionwiseDense)] for model in (fp32, bf16)]
+    layers = 6 * fp32.run.config.num_hidden_layers
+    assert projections == [[("float32", None)] * layers, [("float32", "bfloat16")] * layers]
     pairs = [(row[3], row[4]) for row in read_rows(mrpc / "data" / "test.tsv")[1:]]
     expected, got = fp32.predict(pairs), bf16.predict(pairs)
     gap = np.abs(np.array([r.probabilities for r in got]) - [r.probabilities for r in expected])
