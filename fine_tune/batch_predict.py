@@ -217,9 +217,13 @@ def predict_file(args: FlagValues) -> int:
     from fine_tune.run_dir import settings_of
 
     precision = args.mixed_precision
-    if precision == "bf16" and not is_export(args.model_dir) and enable_bf16_math():  # before any matmul
-        precision = "none"
-        print("bf16: oneDNN's bf16 math mode (a float32 model, its matmuls in bfloat16).", file=sys.stderr)
+    if precision == "bf16" and not is_export(args.model_dir):
+        if enable_bf16_math():  # before any matmul
+            precision = "none"
+            print("bf16: oneDNN's bf16 math mode (a float32 model, its matmuls in bfloat16).", file=sys.stderr)
+        else:
+            print("bf16: the encoder's projections in bfloat16 (oneDNN's bf16 math mode does not take on this CPU).",
+                  file=sys.stderr)
     model = load_task_model(args.model_dir, batch_size=args.batch_size, mixed_precision=precision,
                             jit_compile=args.jit_compile, **settings_of(args.setting))
     progress = progress_bar(check_rows(args.input_file, extension, model, args.chunk_size), "rows")

@@ -60,15 +60,23 @@ def cpu_flags() -> set[str]:
 
 
 @pytest.fixture(scope="session")
-def bf16_math_cpu() -> None:
-    """Skips a test of oneDNN's bf16 math mode (`bert_tf.onednn`) where TensorFlow does not
-    take it: asked in a fresh process, since the mode is read at a process's first matmul.
-    It took on an Intel Xeon with AMX, not on an AMD EPYC with AVX512-BF16 (no AMX)."""
+def bf16_math_takes() -> bool:
+    """Whether TensorFlow takes oneDNN's bf16 math mode (`bert_tf.onednn`) on this CPU: asked
+    in a fresh process, since the mode is read at a process's first matmul. It took on an
+    Intel Xeon with AMX, not on an AMD EPYC with AVX512-BF16 (no AMX)."""
     if not cpu_flags() & {"avx512_bf16", "amx_bf16"}:
-        pytest.skip("this CPU has neither AVX512-BF16 nor AMX, where oneDNN runs bf16 matmuls")
+        return False
     probe = PROJECT.run("-c", "from bert_tf.onednn import enable_bf16_math; print(enable_bf16_math())", timeout=120)
-    if probe.stdout.strip() != "True":
-        pytest.skip(f"TensorFlow does not take oneDNN's bf16 math mode on this CPU ({probe.stdout.strip()!r})")
+    assert probe.stdout.strip() in ("True", "False"), probe.stderr[-2000:]
+    return probe.stdout.strip() == "True"
+
+
+@pytest.fixture(scope="session")
+def bf16_math_cpu(bf16_math_takes: bool) -> None:
+    """Skips a test of oneDNN's bf16 math mode where TensorFlow does not take it."""
+    if not bf16_math_takes:
+        pytest.skip("TensorFlow does not take oneDNN's bf16 math mode on this CPU (it needs AVX512-BF16 or AMX, "
+                    "and took on AMX only)")
 
 
 # === XLA in a graph ===
