@@ -47,6 +47,7 @@ from bert_tf import BertConfig, BertEncoder, BertPretrainer  # noqa: E402
 from bert_tf.optimization import create_optimizer  # noqa: E402
 from bert_tf.training import PretrainingTrainer, StepOptions  # noqa: E402
 from bert_tf.training.inputs import BatchPlan  # noqa: E402
+from bert_tf.training.runloop import dtype_policy, in_precision  # noqa: E402
 
 BATCH, SEQ, PREDICTIONS = 32, 128, 20
 LEARNING_RATE, TRAIN_STEPS, WARMUP_STEPS = 1e-4, 100_000, 10_000
@@ -71,10 +72,11 @@ def endless(batch: dict[str, np.ndarray]):
     return iter(tf.data.Dataset.from_tensors(batch).repeat())
 
 
-def ours(config: BertConfig, batch, steps: int, jit: bool, accumulation: int = 1, dtype: str = "float32"):
+def ours(config: BertConfig, batch, steps: int, jit: bool, accumulation: int = 1, mixed_precision: str = "none"):
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
-        model = BertPretrainer(BertEncoder(config, dtype=dtype), PREDICTIONS)
+        encoder = BertEncoder(config, dtype=dtype_policy(mixed_precision))
+        model = BertPretrainer(in_precision(encoder, mixed_precision), PREDICTIONS)
         optimizer = create_optimizer("adamw", LEARNING_RATE, TRAIN_STEPS, WARMUP_STEPS)
         plan = BatchPlan(BATCH, accumulation_steps=accumulation)
         trainer = PretrainingTrainer(strategy, model, optimizer, StepOptions(plan, jit_compile=jit))
@@ -191,7 +193,7 @@ def precisions(args) -> None:
     failures = {}
     contenders = {
         "ours_fp32": ours(config, batch, k, jit=False),
-        "ours_bf16": ours(config, batch, k, jit=False, dtype="mixed_bfloat16"),
+        "ours_bf16": ours(config, batch, k, jit=False, mixed_precision="bf16"),
         "model_garden_fp32": model_garden(config, batch, k, jit=False),
         "hf_fp32": hf(config, batch, k, bf16=False, masked_only=False),
         "hf_bf16": hf(config, batch, k, bf16=True, masked_only=False),

@@ -129,8 +129,8 @@ SHARED: dict[str, Flag] = {
     "gcp_project": Flag(str, None, "[Optional] Project of the Cloud TPU; detected automatically if not given."),
     "master": Flag(str, None, "[Optional] TensorFlow master URL: the TPU address when --tpu_name is not given."),
     # Precision.
-    "mixed_precision": Flag(MIXED_PRECISION, "none", "Compute in bfloat16 or float16 (with dynamic loss scaling); "
-                            "variables, LayerNorm, softmax and losses stay float32."),
+    "mixed_precision": Flag(MIXED_PRECISION, "none", "bf16: the projections' matmuls in bfloat16, everything else "
+                            "float32, as torch.autocast; fp16: the mixed_float16 policy with dynamic loss scaling."),
     "jit_compile": Flag(bool, False, "XLA-compile the train step."),
     # A finished fine-tuning run's task settings.
     "setting": Flag(list, [], "NAME=VALUE: a field of the run's task config to change, e.g. "

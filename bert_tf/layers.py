@@ -75,11 +75,16 @@ class TiedEmbedding(keras.layers.Embedding):
     (1, 2, 10)
     """
 
+    #: The dtype of the reverse projection's matmul (None: the compute dtype), as
+    #: `PositionwiseDense.matmul_dtype`; set by `compute_projections_in`.
+    matmul_dtype: str | None = None
+
     def call(self, inputs, reverse: bool = False):
         if not reverse:
             return super().call(inputs)
-        kernel = ops.cast(self.embeddings, self.compute_dtype)
-        return ops.matmul(ops.cast(inputs, self.compute_dtype), ops.transpose(kernel))
+        dtype = self.matmul_dtype or self.compute_dtype
+        kernel = ops.cast(self.embeddings, dtype)
+        return ops.cast(ops.matmul(ops.cast(inputs, dtype), ops.transpose(kernel)), self.compute_dtype)
 
     def compute_output_spec(self, inputs, reverse: bool = False):
         if reverse:
@@ -190,10 +195,9 @@ class PositionwiseDense(keras.layers.Dense):
         if len(inputs.shape) != 3:
             return super().call(inputs, training=training)
         batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
-        rows, kernel = ops.reshape(inputs, (1, -1, self.kernel.shape[0])), ops.expand_dims(self.kernel, 0)
-        if self.matmul_dtype is not None:
-            rows, kernel = ops.cast(rows, self.matmul_dtype), ops.cast(kernel, self.matmul_dtype)
-        product = ops.cast(ops.matmul(rows, kernel), self.compute_dtype)
+        dtype = self.matmul_dtype or self.compute_dtype
+        rows = ops.cast(ops.reshape(inputs, (1, -1, self.kernel.shape[0])), dtype)
+        product = ops.cast(ops.matmul(rows, ops.cast(ops.expand_dims(self.kernel, 0), dtype)), self.compute_dtype)
         outputs = ops.reshape(product, (batch, length, self.units))
         if self.bias is not None:
             outputs = ops.add(outputs, self.bias)
@@ -206,8 +210,9 @@ class PositionwiseDense(keras.layers.Dense):
 
 def compute_projections_in(model: keras.Layer, dtype: str) -> int:
     """Computes the matmul of every `PositionwiseDense` of `model` (the encoder's query, key,
-    value, attention output, intermediate and output projections) in `dtype`, and returns how
-    many: `torch.autocast`'s way to bfloat16 inference. The projections' inputs and kernels
+    value, attention output, intermediate and output projections) and of its masked-LM output
+    projection (`TiedEmbedding`'s reverse) in `dtype`, and returns how many layers:
+    `torch.autocast`'s way to bfloat16. The projections' inputs and kernels
     are cast to `dtype`, their products (accumulated in float32 by oneDNN) cast back, and
     everything else (embeddings, attention scores, softmax, LayerNorm, GELU, heads) stays in
     the model's own dtype, so only the casts of the matmuls' operands are added. Why not the
@@ -229,7 +234,7 @@ def compute_projections_in(model: keras.Layer, dtype: str) -> int:
     (dtype('float32'), True)
     """
     projections = [layer for layer in model._flatten_layers(include_self=True, recursive=True)
-                   if isinstance(layer, PositionwiseDense)]
+                   if isinstance(layer, (PositionwiseDense, TiedEmbedding))]
     for layer in projections:
         layer.matmul_dtype = dtype
     return len(projections)

@@ -43,7 +43,7 @@ from bert_tf.errors import BertTfError
 from bert_tf.flags import SHARED, Flag, flag_values, parse, path_within, run_main, set_default, setting_changes
 from bert_tf.tokenization import FullTokenizer
 from bert_tf.training.distribution import create_strategy, is_chief
-from bert_tf.training.runloop import dtype_policy, write_atomically, write_results, write_scalars
+from bert_tf.training.runloop import dtype_policy, in_precision, write_atomically, write_results, write_scalars
 from fine_tune import batching, registry
 from fine_tune.config import RunConfig, TaskConfig, config_flags, from_flags
 from fine_tune.registry import RUN_FILE
@@ -430,10 +430,11 @@ def _check_model_fits(args: RunConfig, config: BertConfig, tokenizer: FullTokeni
 
 
 def _encoder(state: Run) -> BertEncoder:
-    policy = dtype_policy(state.args.mixed_precision)
+    precision = state.args.mixed_precision
     if state.checkpoint is not None:
-        return checkpoints.build_model(state.checkpoint, heads=False, dtype=policy)
-    return BertEncoder(state.config, dtype=policy)
+        return in_precision(checkpoints.build_model(state.checkpoint, heads=False, dtype=dtype_policy(precision)),
+                            precision)
+    return in_precision(BertEncoder(state.config, dtype=dtype_policy(precision)), precision)
 
 
 def _load_fine_tuned(state: Run, model: keras.Model) -> None:

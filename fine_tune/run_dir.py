@@ -32,9 +32,8 @@ import keras
 from bert_tf.config import BertConfig
 from bert_tf.encoder import BertEncoder
 from bert_tf.errors import BertTfError
-from bert_tf.layers import compute_projections_in
 from bert_tf.tokenization import FullTokenizer
-from bert_tf.training.runloop import dtype_policy
+from bert_tf.training.runloop import dtype_policy, in_precision
 from fine_tune import cli, registry
 from fine_tune.config import RunConfig, TaskConfig, typed_setting
 from fine_tune.task import Task
@@ -103,18 +102,6 @@ def _file(run_dir: str, name: str) -> str:
     if not os.path.isfile(path):
         raise _not_a_run(run_dir, f"{name} is missing")
     return path
-
-
-def _encoder(config: BertConfig, mixed_precision: str) -> BertEncoder:
-    """The encoder a loaded run predicts with. bf16 inference casts only the projections'
-    matmuls, as `torch.autocast` does: the `mixed_bfloat16` policy the run may have trained
-    under ran at 1.24-1.45x float32 end to end on an AMD EPYC, its casts and bf16 element-wise
-    ops eating what the matmuls gained (bench/README.md)."""
-    if mixed_precision != "bf16":
-        return BertEncoder(config, dtype=dtype_policy(mixed_precision))
-    encoder = BertEncoder(config)
-    compute_projections_in(encoder, "bfloat16")
-    return encoder
 
 
 def _task(run_dir: str, settings: dict[str, Any]) -> tuple[Task, TaskConfig, RunConfig, dict[str, Any]]:
@@ -195,7 +182,8 @@ def load_run(
     weights = fine_tuned_weights(run_dir, prefer_best=prefer_best)
     if weights is None:
         raise _not_a_run(run_dir, f"neither {WEIGHTS_NAME} nor {BEST_DIR}/{WEIGHTS_NAME} is there")
-    model = task.head.build(_encoder(config, mixed_precision), max(len(labels), 1), config.hidden_dropout_prob)
+    encoder = in_precision(BertEncoder(config, dtype=dtype_policy(mixed_precision)), mixed_precision)
+    model = task.head.build(encoder, max(len(labels), 1), config.hidden_dropout_prob)
     load_fine_tuned(model, weights, f"{cli.CONFIG_FILE} and {registry.RUN_FILE} beside it",
                     "the run dir's files come from different runs.")
     return LoadedRun(run_dir, task_config.family, task, task_config, run_config, labels, config, tokenizer, model,

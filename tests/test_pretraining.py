@@ -15,6 +15,7 @@ from bert_tf.losses import pretraining_losses
 from bert_tf.optimization import create_optimizer
 from bert_tf.training import PretrainingTrainer, StepOptions
 from bert_tf.training.inputs import MODEL_INPUTS, BatchPlan
+from bert_tf.training.runloop import dtype_policy, in_precision
 from bert_tf.data.reader import pretraining_dataset
 from bert_tf.training import cli as run_pretraining
 from tests.pretraining_helpers import (
@@ -50,14 +51,15 @@ def batches(data: str, count: int) -> list[dict[str, tf.Tensor]]:
 
 
 def build(config_file: str, accumulation: int = 1, jit: bool = False,
-          dtype: str | None = None) -> PretrainingTrainer:  # fmt: skip
+          mixed_precision: str = "none") -> PretrainingTrainer:  # fmt: skip
     keras.utils.set_random_seed(7)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
-        model = BertPretrainer(BertEncoder(BertConfig.from_json_file(config_file), dtype=dtype), PREDICTIONS)
+        encoder = BertEncoder(BertConfig.from_json_file(config_file), dtype=dtype_policy(mixed_precision))
+        model = BertPretrainer(in_precision(encoder, mixed_precision), PREDICTIONS)
         optimizer = create_optimizer("adamw", 1e-2, num_train_steps=10, num_warmup_steps=0)
         plan = BatchPlan(BATCH, accumulation_steps=accumulation)
-        return PretrainingTrainer(strategy, model, optimizer, StepOptions(plan, dtype == "mixed_float16", jit))
+        return PretrainingTrainer(strategy, model, optimizer, StepOptions(plan, mixed_precision == "fp16", jit))
 
 
 def train(trainer: PretrainingTrainer, data: list) -> tuple[list[float], list[np.ndarray]]:
@@ -117,7 +119,7 @@ def test_train_step_compiles_with_xla_on_one_replica(files, reference):
 
 def test_float16_overflow_skips_the_update_and_halves_the_loss_scale(files, reference):
     data, _ = reference
-    trainer = build(files["config_no_dropout"], dtype="mixed_float16")
+    trainer = build(files["config_no_dropout"], mixed_precision="fp16")
     before = [v.numpy() for v in trainer.model.trainable_variables]
     trainer.loss_scale.assign(2.0**100)  # the float16 backward pass overflows
     iterator = iter(tf.data.Dataset.from_tensor_slices(_stack(data)))
@@ -131,10 +133,19 @@ def test_float16_overflow_skips_the_update_and_halves_the_loss_scale(files, refe
     assert stats["applied_steps"] == 2.0 and np.isfinite(stats["loss_sum"])
 
 
-def test_bfloat16_steps_train(files, reference):
+def test_bfloat16_steps_train_with_float32_activations(files, reference):
+    """--mixed_precision=bf16 as torch.autocast: float32 variables and activations, the
+    projections and the masked-LM output projection in bfloat16. The losses are float32's to
+    bf16's precision, not equal to them (the matmuls do run in bf16)."""
     data, (losses, _) = reference
-    bf16_losses, weights = train(build(files["config_no_dropout"], dtype="mixed_bfloat16"), data)
+    trainer = build(files["config_no_dropout"], mixed_precision="bf16")
+    layers = trainer.model._flatten_layers()
+    assert {(type(layer).__name__, layer.matmul_dtype) for layer in layers if hasattr(layer, "matmul_dtype")} == {
+        ("PositionwiseDense", "bfloat16"), ("TiedEmbedding", "bfloat16")}
+    assert trainer.model.encoder.compute_dtype == "float32"
+    bf16_losses, weights = train(trainer, data)
     np.testing.assert_allclose(bf16_losses, losses, rtol=0.02)
+    assert not np.allclose(bf16_losses, losses, rtol=1e-5)
     assert all(np.isfinite(w).all() for w in weights)
 
 

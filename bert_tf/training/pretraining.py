@@ -71,6 +71,7 @@ from bert_tf.training.runloop import (
     OutputDir,
     RunCheckpoint,
     dtype_policy,
+    in_precision,
     write_atomically,
     write_results,
     write_scalars,
@@ -153,7 +154,8 @@ class PretrainingRun:
         # The same seed on every worker: the same initial weights and dropout streams.
         keras.utils.set_random_seed(options.seed)
         with self.strategy.scope():
-            encoder = BertEncoder(config, dtype=dtype_policy(options.mixed_precision))
+            encoder = in_precision(BertEncoder(config, dtype=dtype_policy(options.mixed_precision)),
+                                   options.mixed_precision)
             self.model = BertPretrainer(encoder, options.max_predictions_per_seq)
             self.optimizer = create_optimizer(
                 options.optimizer,
