@@ -430,11 +430,12 @@ def _check_model_fits(args: RunConfig, config: BertConfig, tokenizer: FullTokeni
 
 
 def _encoder(state: Run) -> BertEncoder:
-    precision = state.args.mixed_precision
+    policy = dtype_policy(state.args.mixed_precision)
     if state.checkpoint is not None:
-        return in_precision(checkpoints.build_model(state.checkpoint, heads=False, dtype=dtype_policy(precision)),
-                            precision)
-    return in_precision(BertEncoder(state.config, dtype=dtype_policy(precision)), precision)
+        encoder = checkpoints.build_model(state.checkpoint, heads=False, dtype=policy)
+    else:
+        encoder = BertEncoder(state.config, dtype=policy)
+    return in_precision(encoder, state.args.mixed_precision)
 
 
 def _load_fine_tuned(state: Run, model: keras.Model) -> None:

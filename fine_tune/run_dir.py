@@ -168,7 +168,7 @@ def load_run(
     damaged file, weights that do not fit the config).
     """
     run_dir = os.fspath(run_dir)
-    dtype_policy(mixed_precision)  # an unknown value fails before anything is read
+    policy = dtype_policy(mixed_precision)  # an unknown value fails before anything is read
     if not os.path.isdir(run_dir):
         raise BertTfError(f"{run_dir} is not a folder; give the --output_dir of a {RUN_SCRIPTS} run.")
     task, task_config, run_config, record = _task(run_dir, settings)
@@ -182,7 +182,7 @@ def load_run(
     weights = fine_tuned_weights(run_dir, prefer_best=prefer_best)
     if weights is None:
         raise _not_a_run(run_dir, f"neither {WEIGHTS_NAME} nor {BEST_DIR}/{WEIGHTS_NAME} is there")
-    encoder = in_precision(BertEncoder(config, dtype=dtype_policy(mixed_precision)), mixed_precision)
+    encoder = in_precision(BertEncoder(config, dtype=policy), mixed_precision)
     model = task.head.build(encoder, max(len(labels), 1), config.hidden_dropout_prob)
     load_fine_tuned(model, weights, f"{cli.CONFIG_FILE} and {registry.RUN_FILE} beside it",
                     "the run dir's files come from different runs.")
