@@ -133,6 +133,54 @@ def test_float16_overflow_skips_the_update_and_halves_the_loss_scale(files, refe
     assert stats["applied_steps"] == 2.0 and np.isfinite(stats["loss_sum"])
 
 
+def test_training_steps_match_transformers_and_torch_adamw(files, tmp_path):
+    """From the same initial weights and batches, our steps (bias-corrected AdamW, warm-up
+    then linear decay, clipping at 1.0) take HF `BertForPreTraining`'s steps under torch's
+    AdamW and `get_linear_schedule_with_warmup`, HF's own losses: every step's loss agrees
+    to float32 rounding, through warm-up and decay, and so do the final weights."""
+    transformers, torch = pytest.importorskip("transformers"), pytest.importorskip("torch")
+    from bert_tf.checkpoints import save
+
+    steps, warmup, rate = 16, 4, 1e-2
+    data = batches(files["data"], steps)
+    keras.utils.set_random_seed(3)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        model = BertPretrainer(BertEncoder(BertConfig.from_json_file(files["config_no_dropout"])), PREDICTIONS)
+        optimizer = create_optimizer("adamw", rate, steps, warmup, bias_correction=True, lr_decay="from_peak")
+        trainer = PretrainingTrainer(strategy, model, optimizer, StepOptions(BatchPlan(BATCH)))
+    theirs = transformers.BertForPreTraining.from_pretrained(save(model, tmp_path / "hf", "hf")).train()
+    decayed = [p for n, p in theirs.named_parameters() if "bias" not in n and "LayerNorm" not in n]
+    undecayed = [p for n, p in theirs.named_parameters() if "bias" in n or "LayerNorm" in n]
+    torch_optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.01},
+                                         {"params": undecayed, "weight_decay": 0.0}], lr=rate, eps=1e-6)  # fmt: skip
+    schedule = transformers.get_linear_schedule_with_warmup(torch_optimizer, warmup, steps)
+
+    initial = model.encoder.word_embeddings.embeddings.numpy()
+    ours, hf = train(trainer, data)[0], []
+    for batch in data:
+        batch = {name: torch.from_numpy(value.numpy()).long() for name, value in batch.items()}
+        labels = torch.full_like(batch["input_word_ids"], -100)  # HF scores the labelled positions only
+        for row, (positions, ids, weights) in enumerate(
+            zip(batch["masked_lm_positions"], batch["masked_lm_ids"], batch["masked_lm_weights"])
+        ):
+            real = weights > 0
+            labels[row, positions[real]] = ids[real]
+        loss = theirs(input_ids=batch["input_word_ids"], attention_mask=batch["input_mask"],
+                      token_type_ids=batch["input_type_ids"], labels=labels,
+                      next_sentence_label=batch["next_sentence_labels"].flatten()).loss  # fmt: skip
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
+        torch_optimizer.step()
+        schedule.step()
+        torch_optimizer.zero_grad()
+        hf.append(loss.item())
+    np.testing.assert_allclose(ours, hf, rtol=2e-5)
+    embeddings = theirs.bert.embeddings.word_embeddings.weight.detach().numpy()
+    np.testing.assert_allclose(model.encoder.word_embeddings.embeddings.numpy(), embeddings, atol=2e-5)
+    assert np.abs(embeddings - initial).max() > 1000 * 2e-5  # the steps moved the weights
+
+
 def test_bfloat16_steps_train_with_float32_activations(files, reference):
     """--mixed_precision=bf16 as torch.autocast: float32 variables and activations, the
     projections and the masked-LM output projection in bfloat16. The losses are float32's to
