@@ -9,15 +9,15 @@ local path's, step by step:
     file sizes --> files --ChunkPlan.file_chunks--> chunks (byte spans, a few
     hundred bytes each to describe) --GroupByKey(shard)--> per shard, on a worker:
     read_chunk, ChunkProcessor.process (tokenize, pack, mask, serialize), the local
-    path's ShardSink (shuffle buffer) --> PATH-0000k-of-0000N
+    path's ShardSink (shuffle) --> PATH-0000k-of-0000N
 
 A chunk's records depend only on its text, the flags, the seed and its position, and
 a shard holds the chunks of its 1/N of the input bytes, so each shard holds the same
 multiset of records as `create_pretraining_data.py`'s with the same flags, whatever
 the runner (uncompressed, the same bytes as with `--num_workers=1`: same chunk order,
 same shuffle). Only chunk descriptions are grouped (shuffled): a worker holds one
-chunk's records and the shuffle buffer (16 MB), so memory stays bounded even on
-DirectRunner, which keeps a shuffle's data in memory. The parallelism is the number of shards: give
+chunk's records and one bucket of its shard's shuffle (the buckets are files on its local
+disk), so memory stays bounded even on DirectRunner, which keeps a shuffle's data in memory. The parallelism is the number of shards: give
 --num_output_shards of at least the runner's workers. The vocabulary travels inside
 the pickled tokenizer. A shard is written under a temporary name
 (`.NAME.incomplete`) and renamed when complete; a retried shard is written again
@@ -198,7 +198,7 @@ class WriteShard(beam.DoFn if beam else object):
                     Metrics.counter(METRICS, name).inc(value)
             sink.commit()
         except BaseException:
-            writer.abort()
+            sink.abort()
             raise
         write_remote(settings_path(writer.path), json_text(self.settings))
         yield writer.path
