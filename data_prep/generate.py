@@ -65,10 +65,12 @@ CHUNK_BYTES = 64 << 10
 # of consecutive records of a chunk (already in random order within the chunk) go to
 # temporary files at random, then each file is shuffled in memory and written out. A
 # record can land anywhere in its part, as in the original. A buffer of 16 MB, the way
-# before, moved a record only ~10,000 places: a 374 MB shard came out in corpus order,
-# the dupe_factor copies of a passage within ~200 training steps of each other, and a
-# corpus of several sources (news, then encyclopedia, then reviews) was trained on one
-# source after the other.
+# before, kept a record within ~16 MB of records of its place in the corpus: the 83 MB
+# of records of 30,000 numbered documents came out with a correlation of 0.82 between a
+# record's position and its document (now -0.01), a 374 MB shard of Wikipedia had a
+# passage's dupe_factor copies within a few hundred steps of each other, and a corpus of
+# several sources (news, then encyclopedia, then reviews) was trained on one source after
+# the other.
 SHUFFLE_BUCKETS = 256
 BUCKET_BYTES = 256 << 20  # a bucket file larger than this is shuffled again in buckets
 SHUFFLE_GROUP = 8
