@@ -71,7 +71,7 @@ CHUNK_BYTES = 64 << 10
 # passage's dupe_factor copies within a few hundred steps of each other, and a corpus of
 # several sources (news, then encyclopedia, then reviews) was trained on one source after
 # the other.
-SHUFFLE_BUCKETS = 256
+SHUFFLE_BUCKETS = 64  # open files per shard being written: Beam may write several in one process
 BUCKET_BYTES = 256 << 20  # a bucket file larger than this is shuffled again in buckets
 SHUFFLE_GROUP = 8
 # Above this share of NotNext instances the corpus is mostly one-sentence documents.
@@ -150,7 +150,7 @@ class BucketShuffle:
     unnamed temporary files in `directory` (the system's when None); `drain` reads the
     files back one at a time, shuffles each in memory and returns its items. Memory: one
     file's items, at most about `BUCKET_BYTES`: a larger file is shuffled again in
-    buckets of its own, once (256 x 256 buckets of 256 MB: 16 TB). The files vanish when
+    buckets of its own, once (64 x 64 buckets of 256 MB: 1 TB). The files vanish when
     closed, or with the process if it is killed.
 
     >>> shuffle = BucketShuffle(random.Random(0), buckets=4)
