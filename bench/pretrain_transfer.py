@@ -325,15 +325,17 @@ def hf_model(work: Work):
     return transformers.BertForPreTraining(transformers.BertConfig(layer_norm_eps=1e-12, **config))
 
 
-def hf_batches(path: pathlib.Path, batch_size: int, seq: int, training: bool, seed: int):
-    """Our reader's batches as torch tensors: MLM labels at the masked positions."""
+def hf_batches(path: pathlib.Path, batch_size: int, seq: int, training: bool, seed: int, skip: int = 0):
+    """Our reader's batches as torch tensors, after the first `skip` of them: a resumed
+    run goes on with the batches it would have seen (as ours resumes its input position;
+    a new shuffle from the file's start would change the data at the resume)."""
     import tensorflow as tf
     import torch
 
     from bert_tf.data.reader import pretraining_dataset
 
     tf.random.set_seed(seed)
-    dataset = pretraining_dataset(str(path), batch_size, seq, PREDICTIONS[seq], is_training=training)
+    dataset = pretraining_dataset(str(path), batch_size, seq, PREDICTIONS[seq], is_training=training).skip(skip)
     for batch in dataset.as_numpy_iterator():
         yield {name: torch.from_numpy(value.astype("int64" if value.dtype.kind == "i" else "float32"))
                for name, value in batch.items()}  # fmt: skip
@@ -401,7 +403,7 @@ def pretrain_hf(work: Work, model_spec: Model, phase: int, args) -> dict:
         print(f"HF phase {phase}: resumed at step {step}", flush=True)
     model.train()
     save_every = max(100, steps // 10)
-    batches = hf_batches(work.path(f"{data}.tfrecord"), batch_size, seq, True, args.seed + step)
+    batches = hf_batches(work.path(f"{data}.tfrecord"), batch_size, seq, True, args.seed, skip=step)
     start = time.perf_counter() - seconds
     while step < steps:
         batch = next(batches)
