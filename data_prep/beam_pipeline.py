@@ -16,9 +16,10 @@ a shard holds the chunks of its 1/N of the input bytes, so each shard holds the 
 multiset of records as `create_pretraining_data.py`'s with the same flags, whatever
 the runner (uncompressed, the same bytes as with `--num_workers=1`: same chunk order,
 same shuffle). Only chunk descriptions are grouped (shuffled): a worker holds one
-chunk's records and one bucket of its shard's shuffle (the buckets are files on its local
-disk), so memory stays bounded even on DirectRunner, which keeps a shuffle's data in memory. The parallelism is the number of shards: give
---num_output_shards of at least the runner's workers. The vocabulary travels inside
+chunk's records and one bucket of its shard's shuffle (the buckets are files on its
+local disk), so memory stays bounded even on DirectRunner, which keeps a shuffle's data
+in memory. The parallelism is the number of shards: give --num_output_shards of at
+least the runner's workers. The vocabulary travels inside
 the pickled tokenizer. A shard is written under a temporary name
 (`.NAME.incomplete`) and renamed when complete; a retried shard is written again
 whole. Every run writes every shard (`--overwrite` and `--num_workers` are the local

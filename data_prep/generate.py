@@ -356,7 +356,7 @@ def produce_share(
     def sink(shard: int) -> ShardSink:
         if shard not in sinks:
             writer = RecordFileWriter(share.path(job.output_files[shard]), job.gzip)
-            # The bucket files beside the output: the disk it will take anyway.
+            # The bucket files beside the output: one shard part's worth of disk more, while it is written.
             scratch = os.path.dirname(os.path.abspath(job.output_files[shard]))
             sinks[shard] = ShardSink(writer, job.options.random_seed, shard, share.worker, scratch)
         return sinks[shard]
