@@ -167,22 +167,19 @@ class BucketShuffle:
         self._buckets = buckets or SHUFFLE_BUCKETS
         self._nested = nested
         self._files: list = []  # opened on the first push: an empty shard part opens none
-        self._sizes = [0] * self._buckets
 
     def push(self, items: list[bytes]) -> None:
         if not self._files:
             self._files = [tempfile.TemporaryFile(dir=self._directory) for _ in range(self._buckets)]
-        uniform, buckets, files, sizes = self._rng.random, self._buckets, self._files, self._sizes
+        uniform, buckets, files = self._rng.random, self._buckets, self._files
         for item in items:
-            k = int(uniform() * buckets)
-            files[k].write(len(item).to_bytes(4, "little") + item)
-            sizes[k] += 4 + len(item)
+            files[int(uniform() * buckets)].write(len(item).to_bytes(4, "little") + item)
 
     def drain(self) -> Iterator[list[bytes]]:
         """Every item, one shuffled bucket after another; closes the files."""
-        files, sizes, self._files, self._sizes = self._files, self._sizes, [], [0] * self._buckets
         try:
-            for file, size in zip(files, sizes, strict=False):
+            for file in self._files:
+                size = file.tell()  # each file is at its end after the pushes
                 file.seek(0)
                 if size <= BUCKET_BYTES or self._nested:
                     items, _ = _split_items(file.read())
@@ -198,8 +195,7 @@ class BucketShuffle:
                     rest = data[used:]
                 yield from inner.drain()
         finally:
-            for file in files:
-                file.close()
+            self.close()
 
     def close(self) -> None:
         for file in self._files:
