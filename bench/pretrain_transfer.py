@@ -153,10 +153,14 @@ FINETUNE_DROPOUT = 0.1  # the original's
 
 
 def tiny_config(vocab_size: int, dropout: float) -> dict:
-    """BERT-tiny (Turc et al. 2019: 2 layers, hidden 128, 2 heads), exact-erf GELU."""
+    """BERT-tiny (Turc et al. 2019: 2 layers, hidden 128, 2 heads) with the exact erf GELU,
+    on both sides: our "gelu" is the original's tanh form, HF's "gelu" the erf form, so the
+    one word gave the two sides two functions until en10 (`hf_model` now translates the
+    config), and the erf form left en9's plateau ~0.3 lower by step 2,400
+    (`bench/pretrain_same_start.py`)."""
     return {
         "vocab_size": vocab_size, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "intermediate_size": 512, "hidden_act": "gelu", "hidden_dropout_prob": dropout,
+        "intermediate_size": 512, "hidden_act": "gelu_exact", "hidden_dropout_prob": dropout,
         "attention_probs_dropout_prob": dropout, "max_position_embeddings": 512, "type_vocab_size": 2,
         "initializer_range": 0.02,
     }  # fmt: skip
@@ -319,24 +323,35 @@ def evaluate_ours(work: Work, model: Model, args) -> dict:
 
 # === Pre-training: HF ===
 def hf_model(work: Work):
+    """HF's `BertForPreTraining` of the work dir's config, the same functions as ours
+    (`to_hf_dict` names our GELU form as HF spells it)."""
     import transformers
 
-    config = json.loads(work.path("pretrain_config.json").read_text())
-    return transformers.BertForPreTraining(transformers.BertConfig(layer_norm_eps=1e-12, **config))
+    from bert_tf.config import BertConfig
+
+    config = BertConfig.from_json_file(work.path("pretrain_config.json"))
+    return transformers.BertForPreTraining(transformers.BertConfig(**config.to_hf_dict()))
 
 
-def hf_batches(path: pathlib.Path, batch_size: int, seq: int, training: bool, seed: int, skip: int = 0):
-    """Our reader's batches as torch tensors, after the first `skip` of them: a resumed
-    run goes on with the batches it would have seen (as ours resumes its input position;
-    a new shuffle from the file's start would change the data at the resume)."""
+def hf_stream(path: pathlib.Path, batch_size: int, seq: int, training: bool, seed: int, skip: int = 0):
+    """HF's batches of our records (a `tf.data.Dataset`), after the first `skip` of them: a
+    resumed run goes on with the batches it would have seen (as ours resumes its input
+    position; a new shuffle from the file's start would change the data at the resume).
+    The order comes from TensorFlow's global seed, not from ours' `--seed` path: another
+    shuffle of the same records than our run's (`bench/pretrain_same_start.py` feeds it to ours)."""
     import tensorflow as tf
-    import torch
 
     from bert_tf.data.reader import pretraining_dataset
 
     tf.random.set_seed(seed)
-    dataset = pretraining_dataset(str(path), batch_size, seq, PREDICTIONS[seq], is_training=training).skip(skip)
-    for batch in dataset.as_numpy_iterator():
+    return pretraining_dataset(str(path), batch_size, seq, PREDICTIONS[seq], is_training=training).skip(skip)
+
+
+def hf_batches(path: pathlib.Path, batch_size: int, seq: int, training: bool, seed: int, skip: int = 0):
+    """`hf_stream`'s batches as torch tensors."""
+    import torch
+
+    for batch in hf_stream(path, batch_size, seq, training, seed, skip).as_numpy_iterator():
         yield {name: torch.from_numpy(value.astype("int64" if value.dtype.kind == "i" else "float32"))
                for name, value in batch.items()}  # fmt: skip
 
