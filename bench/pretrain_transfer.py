@@ -296,6 +296,7 @@ def pretrain_ours(work: Work, model: Model, phase: int, args) -> dict:
         f"--num_train_steps={steps}", f"--num_warmup_steps={steps // 10}", f"--learning_rate={args.learning_rate}",
         "--adam_bias_correction", "--lr_decay=from_peak", f"--save_checkpoints_steps={max(100, steps // 10)}",
         "--iterations_per_loop=100", f"--mixed_precision={args.mixed_precision}",
+        f"--random_seed={args.pretraining_seed}",
     ]  # fmt: skip
     if phase == 2:
         flags.append(f"--init_checkpoint={work.path(model.name, 'phase1')}")
@@ -402,7 +403,7 @@ def pretrain_hf(work: Work, model_spec: Model, phase: int, args) -> dict:
     from bench.common import torch_adamw, torch_schedule, torch_update
 
     seq, steps, data, batch_size = phase_settings(model_spec, phase, args)
-    torch.manual_seed(args.seed + phase)
+    torch.manual_seed(args.pretraining_seed + phase)
     model = hf_model(work)
     if phase == 2:
         model.load_state_dict(torch.load(work.path("hf", "phase1", "model.pt")))
@@ -418,7 +419,7 @@ def pretrain_hf(work: Work, model_spec: Model, phase: int, args) -> dict:
         print(f"HF phase {phase}: resumed at step {step}", flush=True)
     model.train()
     save_every = max(100, steps // 10)
-    batches = hf_batches(work.path(f"{data}.tfrecord"), batch_size, seq, True, args.seed, skip=step)
+    batches = hf_batches(work.path(f"{data}.tfrecord"), batch_size, seq, True, args.pretraining_seed, skip=step)
     start = time.perf_counter() - seconds
     while step < steps:
         batch = next(batches)
@@ -596,7 +597,7 @@ def rates(text: str) -> tuple[float, ...]:
 # The flags that shape the records and the pre-trained models: a stage cached under one of
 # them must not be reused under another. Fine-tuning settings are in each run's stage name.
 PRETRAINING_FLAGS = ("language", "dupe_factor", "vocab_size", "phase1_steps", "phase2_steps", "batch_size",
-                     "phase2_batch_size", "learning_rate", "mixed_precision", "seed")
+                     "phase2_batch_size", "learning_rate", "mixed_precision", "seed", "pretraining_seed")
 
 
 def same_pretraining_settings(parser: argparse.ArgumentParser, work: Work, args: argparse.Namespace) -> None:
@@ -642,7 +643,10 @@ def main() -> None:
     parser.add_argument("--learning_rate", type=float, default=1e-3)
     parser.add_argument("--mixed_precision", default="none", help="Pre-training precision: none (fp32) or bf16 (ours: "
                         "run_pretraining.py --mixed_precision=bf16; HF: torch.autocast).")
-    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--seed", type=int, default=12345, help="The records' seed (corpus split, masking).")
+    parser.add_argument("--pretraining_seed", type=int, default=12345,
+                        help="The pre-training runs' own draw on the same records: initial weights and batch "
+                        "order (ours: run_pretraining.py --random_seed; HF: torch's seed and the stream's).")
     parser.add_argument("--seeds", type=int, default=3, help="Fine-tuning seeds per task and start.")
     parser.add_argument("--finetune_batch_size", type=int, default=32)
     parser.add_argument("--finetune_learning_rate", type=rates, default=(2e-4,),
