@@ -152,17 +152,22 @@ LANGUAGES = {language.name: language for language in (ENGLISH, CHINESE)}
 FINETUNE_DROPOUT = 0.1  # the original's
 
 
-def tiny_config(vocab_size: int, dropout: float) -> dict:
+def tiny_config(vocab_size: int, dropout: float, initializer_range: float = 0.02) -> dict:
     """BERT-tiny (Turc et al. 2019: 2 layers, hidden 128, 2 heads) with the exact erf GELU,
     on both sides: our "gelu" is the original's tanh form, HF's "gelu" the erf form, so the
     one word gave the two sides two functions until en10 (`hf_model` now translates the
     config). On HF's start the erf form was 0.28 lower by step 2,400 of en9's plateau
-    (`bench/pretrain_same_start.py`); on ours it changed nothing (en10)."""
+    (`bench/pretrain_same_start.py`); on ours it changed nothing (en10).
+
+    The same `initializer_range` draws different weights on the two sides: ours a normal
+    truncated at two standard deviations, as the original (`tf.truncated_normal_initializer`),
+    whose spread is 0.880 of the range; HF's a plain normal of the range itself. 0.022737
+    gives ours HF's spread at 0.02."""
     return {
         "vocab_size": vocab_size, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
         "intermediate_size": 512, "hidden_act": "gelu_exact", "hidden_dropout_prob": dropout,
         "attention_probs_dropout_prob": dropout, "max_position_embeddings": 512, "type_vocab_size": 2,
-        "initializer_range": 0.02,
+        "initializer_range": initializer_range,
     }  # fmt: skip
 
 
@@ -597,7 +602,8 @@ def rates(text: str) -> tuple[float, ...]:
 # The flags that shape the records and the pre-trained models: a stage cached under one of
 # them must not be reused under another. Fine-tuning settings are in each run's stage name.
 PRETRAINING_FLAGS = ("language", "dupe_factor", "vocab_size", "phase1_steps", "phase2_steps", "batch_size",
-                     "phase2_batch_size", "learning_rate", "mixed_precision", "seed", "pretraining_seed")
+                     "phase2_batch_size", "learning_rate", "mixed_precision", "seed", "pretraining_seed",
+                     "initializer_range")
 
 
 def same_pretraining_settings(parser: argparse.ArgumentParser, work: Work, args: argparse.Namespace) -> None:
@@ -647,6 +653,9 @@ def main() -> None:
     parser.add_argument("--pretraining_seed", type=int, default=12345,
                         help="The pre-training runs' own draw on the same records: initial weights and batch "
                         "order (ours: run_pretraining.py --random_seed; HF: torch's seed and the stream's).")
+    parser.add_argument("--initializer_range", type=float, default=0.02,
+                        help="The pre-trained models' initial spread (see tiny_config: ours draws 0.880 of it, as "
+                        "the original; HF all of it); fine-tuning's new layers and random initialisation keep 0.02.")
     parser.add_argument("--seeds", type=int, default=3, help="Fine-tuning seeds per task and start.")
     parser.add_argument("--finetune_batch_size", type=int, default=32)
     parser.add_argument("--finetune_learning_rate", type=rates, default=(2e-4,),
@@ -677,7 +686,8 @@ def main() -> None:
     # Pre-training without dropout: a few thousand steps are far too few to overfit, and
     # dropout slows the way off the first plateau (bench/pretrain_learning.py); the
     # fine-tuning config has the original's 0.1 unless --finetune_dropout says otherwise.
-    work.path("pretrain_config.json").write_text(json.dumps(tiny_config(len(vocab.splitlines()), 0.0), indent=2))
+    pretrain_config = tiny_config(len(vocab.splitlines()), 0.0, args.initializer_range)
+    work.path("pretrain_config.json").write_text(json.dumps(pretrain_config, indent=2))
     finetune_config = tiny_config(len(vocab.splitlines()), args.finetune_dropout)
     work.path("finetune_config.json").write_text(json.dumps(finetune_config, indent=2))
 
