@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import string
 import subprocess
 from pathlib import Path
 
@@ -771,6 +772,31 @@ def test_build_vocab_has_bert_layout_and_covers_the_corpus(tmp_path):
     tokenizer = FullTokenizer(str(vocab), do_lower_case=True)
     pieces = tokenizer.tokenize(" ".join(corpus.read_text(encoding="utf-8").splitlines()[:500]))
     assert pieces.count("[UNK]") / len(pieces) < 0.001
+
+
+def test_build_vocab_breaks_ties_the_same_way_on_every_run(tmp_path):
+    """`tokenizers`' trainer alone breaks ties (characters at the alphabet's limit, `##`
+    forms' numbers, equally frequent merges) in hash order: six runs on this corpus of
+    ties gave six vocabularies, and two on a Wikipedia slice two (tokenizers#1794)."""
+    require_module("tokenizers", "the WordPiece trainer of build_vocab")
+    from data_prep.build_vocab import train_wordpiece
+
+    ties = tmp_path / "ties.txt"  # 26 letters, each as often as every other: all ties
+    ties.write_text(("".join(f"{letter * 3} " for letter in string.ascii_lowercase) + "\n") * 20)
+    runs = {tuple(train_wordpiece([str(ties)], 200, do_lower_case=True, limit_alphabet=10)) for _ in range(6)}
+    assert len(runs) == 1
+    (pieces,) = runs
+    # The 10 most frequent characters, ties in code-point order; then their ## forms.
+    assert list(pieces[:20]) == [*"abcdefghij", *(f"##{letter}" for letter in "abcdefghij")]
+
+    wiki = shared_file("pretrain/zh/zhwiki_wiki_00")  # more than 1,000 characters: ties at the limit
+    vocabularies = []
+    for run in range(2):
+        vocab = tmp_path / f"vocab{run}.txt"
+        flags = [f"--input_file={wiki}", f"--output_file={vocab}", "--vocab_size=3000"]
+        assert PROJECT.run("-m", "data_prep.build_vocab", *flags, timeout=120).returncode == 0
+        vocabularies.append(vocab.read_bytes())
+    assert vocabularies[0] == vocabularies[1]
 
 
 @pytest.mark.parametrize("flags, message", [
