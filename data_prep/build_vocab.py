@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import sys
-import unicodedata
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
@@ -28,6 +27,7 @@ from absl.flags import FlagValues
 from bert_tf.atomic import write_text
 from bert_tf.errors import BertTfError
 from bert_tf.flags import Flag, check_output_file, flag_values, require, run_main
+from bert_tf.tokenization import is_punctuation
 from data_prep.corpus import check_not_an_input, expand_input_patterns
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -79,18 +79,11 @@ def character_counts(files: list[str], normalizer) -> tuple[Counter[str], set[st
         chunk_counts = np.bincount(points, minlength=len(counts))
         new = np.flatnonzero((chunk_counts > 0) & (counts == 0))
         counts += chunk_counts
-        splits[new] = [chr(point).isspace() or _is_punctuation(chr(point)) for point in new]
+        splits[new] = [chr(point).isspace() or is_punctuation(chr(point)) for point in new]
         in_word = ~splits[points]
         inside[points[1:][in_word[:-1] & in_word[1:]]] = True
     seen = np.flatnonzero(counts)
     return Counter(dict(zip(map(chr, seen), counts[seen].tolist()))), set(map(chr, np.flatnonzero(inside)))
-
-
-def _is_punctuation(char: str) -> bool:
-    """BERT's punctuation: every ASCII non-alphanumeric symbol, and Unicode's P* categories."""
-    return (char.isascii() and not char.isalnum() and char.isprintable() and not char.isspace()) or (
-        unicodedata.category(char).startswith("P")
-    )
 
 
 def alphabet(counts: Counter[str], limit: int) -> list[str]:
