@@ -84,7 +84,11 @@ def hf_masked_lm_logits(model, inputs: dict, positions):
 
 
 def data_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("BERT_TF_DATA", REPO_ROOT.parent / "shared" / "data"))
+    """The shared data folder; a benchmark run from a clone elsewhere names it in BERT_TF_DATA."""
+    folder = pathlib.Path(os.environ.get("BERT_TF_DATA", REPO_ROOT.parent / "shared" / "data"))
+    if not folder.is_dir():
+        raise SystemExit(f"The shared data folder {folder} does not exist: set BERT_TF_DATA to shared/data.")
+    return folder
 
 
 def interleaved_times(

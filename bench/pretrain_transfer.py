@@ -674,6 +674,7 @@ def main() -> None:
     language = LANGUAGES[args.language]
     language = dataclasses.replace(language, tasks=subset(parser, "--tasks", args.tasks, language.tasks),
                                    models=subset(parser, "--models", args.models, language.models, also=("random",)))
+    data_dir()  # fine-tuning reads it hours later, after every cached stage: fail now, not then
     work = Work(pathlib.Path(args.work_dir))
     same_pretraining_settings(parser, work, args)
     stages = {"corpus": work.stage("corpus", lambda: prepare_corpus(work, language))}
