@@ -25,18 +25,14 @@ from bert_tf import BertConfig, BertEncoder, BertPretrainer, BertTfError
 from bert_tf import checkpoints
 from bert_tf.checkpoints import names, safetensors_io, tf1
 from bert_tf.checkpoints import convert
+from tests.conftest import data_dir
 
-REPO = Path(__file__).resolve().parents[1]
 # Keras' own model.save() converts TF variables in a way numpy 2 warns about; not ours.
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword")
 TOLERANCE = 1e-5  # max abs difference, float32
 
 
 # === Helpers ===
-def data_dir() -> Path:
-    return Path(os.environ.get("BERT_TF_DATA", REPO.parent / "shared" / "data"))
-
-
 def weights_of(model) -> dict[str, np.ndarray]:
     return names.collect(names.model_slots(model))
 
