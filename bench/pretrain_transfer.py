@@ -27,7 +27,7 @@ forward) is measured side by side by `bench/pretrain.py --hf`.
 
     python bench/pretrain_transfer.py --work_dir /tmp/ptx [--phase1_steps 6000 ...]
 
-Writes bench/results/pretrain_transfer.json and prints the tables of the README.
+Writes bench/results/pretrain_transfer.json and prints its tables (the README's "Does it pay off?", bench/PRETRAIN_TRANSFER.md).
 """
 
 from __future__ import annotations
