@@ -1,4 +1,4 @@
-"""Linear probe: how much of a GLUE task the frozen features of each checkpoint carry.
+"""Linear probe: how much of a classification task the frozen features of each checkpoint carry.
 
 The question behind it (issue 16): when one pre-trained checkpoint fine-tunes a task worse
 than another (en13: RTE from ours 51.6 against HF's 53.7 over six seeds), is the difference
@@ -6,12 +6,15 @@ in what the encoder has learned, or in how fine-tuning moves from it? A logistic
 on frozen sentence vectors sees only the first. Each checkpoint's vectors come from
 `extract_features.py` (the user's path; `--pooling`, `--layers`), the regularisation is
 chosen by 5-fold cross-validation on the training set, and the dev set is scored once.
+`--checkpoint random` probes a randomly initialised encoder of `--bert_config_file` (seed
+`--seed`): what fine-tuning from random initialisation starts from.
 
     python bench/feature_probe.py --task rte --data_dir ../shared/data/glue/RTE \
         --checkpoint ours=W/ours/phase2 --checkpoint hf=W/hf/model \
         --bert_config_file W/pretrain_config.json --vocab_file W/vocab.txt
 
-Writes bench/results/feature_probe_<task>.json.
+Any sentence or pair task of `run_classifier.py` (e.g. `--task chnsenticorp` with
+Google's Chinese vocabulary). Writes bench/results/feature_probe_<task>.json.
 """
 
 from __future__ import annotations
@@ -41,6 +44,18 @@ def pairs(task: str, data_dir: str, split: str) -> tuple[list[str], list[str]]:
     examples = build_task(GlueConfig(task=task, data_dir=data_dir)).reader.read(data_dir, split)[0].examples
     lines = [e.text_a if e.text_b is None else f"{e.text_a} ||| {e.text_b}" for e in examples]
     return [line.replace("\n", " ") for line in lines], [e.label for e in examples]
+
+
+def random_checkpoint(folder: pathlib.Path, args) -> str:
+    """A randomly initialised encoder of `--bert_config_file`, written where
+    `extract_features.py` reads checkpoints."""
+    import keras
+
+    from bert_tf import BertConfig, BertEncoder, checkpoints
+
+    keras.utils.set_random_seed(args.seed)
+    encoder = BertEncoder(BertConfig.from_json_file(args.bert_config_file))
+    return checkpoints.save(encoder, folder / "random", "tf1")
 
 
 def features(checkpoint: str, lines: list[str], folder: pathlib.Path, name: str, pooling: str, args) -> np.ndarray:
@@ -78,9 +93,11 @@ def majority(labels: list[str]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", required=True, help="A GLUE classification task (run_classifier.py's --task).")
+    parser.add_argument("--task", required=True, help="A classification task (run_classifier.py's --task).")
     parser.add_argument("--data_dir", required=True)
-    parser.add_argument("--checkpoint", action="append", required=True, help="name=path, once per checkpoint.")
+    parser.add_argument("--checkpoint", action="append", required=True,
+                        help="name=path, once per checkpoint; 'random' for a randomly initialised encoder.")
+    parser.add_argument("--seed", type=int, default=12345, help="The random encoder's initialisation.")
     parser.add_argument("--bert_config_file", required=True)
     parser.add_argument("--vocab_file", required=True)
     parser.add_argument("--max_seq_length", type=int, default=128)
@@ -88,14 +105,16 @@ def main() -> None:
     parser.add_argument("--layers", default="-1")
     parser.add_argument("--pooling", default="cls,mean", help="Comma-separated: cls, mean.")
     args = parser.parse_args()
-    checkpoints = dict(item.split("=", 1) for item in args.checkpoint)
+    paths = dict(item.split("=", 1) if "=" in item else (item, item) for item in args.checkpoint)
     train_lines, train_labels = pairs(args.task, args.data_dir, "train")
     if args.max_train_examples:
         train_lines, train_labels = train_lines[: args.max_train_examples], train_labels[: args.max_train_examples]
     dev_lines, dev_labels = pairs(args.task, args.data_dir, "dev")
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        for name, path in checkpoints.items():
+        if paths.get("random") == "random":
+            paths["random"] = random_checkpoint(pathlib.Path(folder), args)
+        for name, path in paths.items():
             for pooling in args.pooling.split(","):
                 train = features(path, train_lines, pathlib.Path(folder), f"{name}-train", pooling, args)
                 dev = features(path, dev_lines, pathlib.Path(folder), f"{name}-dev", pooling, args)
