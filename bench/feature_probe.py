@@ -6,7 +6,7 @@ in what the encoder has learned, or in how fine-tuning moves from it? A logistic
 on frozen sentence vectors sees only the first. Each checkpoint's vectors come from
 `extract_features.py` (the user's path; `--pooling`, `--layers`), the regularisation is
 chosen by 5-fold cross-validation on the training set, and the dev set is scored once.
-`--checkpoint random` probes a randomly initialised encoder of `--bert_config_file` (seed
+`--checkpoint random` (or `name=random`) probes a randomly initialised encoder of `--bert_config_file` (seed
 `--seed`): what fine-tuning from random initialisation starts from.
 
     python bench/feature_probe.py --task rte --data_dir ../shared/data/glue/RTE \
@@ -55,13 +55,11 @@ def random_checkpoint(folder: pathlib.Path, args) -> str:
 
     keras.utils.set_random_seed(args.seed)
     encoder = BertEncoder(BertConfig.from_json_file(args.bert_config_file))
-    return checkpoints.save(encoder, folder / "random", "tf1")
+    return checkpoints.save(encoder, folder, "tf1")
 
 
-def features(checkpoint: str, lines: list[str], folder: pathlib.Path, name: str, pooling: str, args) -> np.ndarray:
-    """One vector per line from `extract_features.py`."""
-    source, output = folder / f"{name}.txt", folder / f"{name}-{pooling}.npy"
-    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+def features(checkpoint: str, source: pathlib.Path, output: pathlib.Path, pooling: str, args) -> np.ndarray:
+    """One vector per line of `source` from `extract_features.py`."""
     run_tool("extract_features.py", f"--input_file={source}", f"--output_file={output}",
              f"--init_checkpoint={checkpoint}", f"--bert_config_file={args.bert_config_file}",
              f"--vocab_file={args.vocab_file}", "--do_lower_case", f"--max_seq_length={args.max_seq_length}",
@@ -96,7 +94,7 @@ def main() -> None:
     parser.add_argument("--task", required=True, help="A classification task (run_classifier.py's --task).")
     parser.add_argument("--data_dir", required=True)
     parser.add_argument("--checkpoint", action="append", required=True,
-                        help="name=path, once per checkpoint; 'random' for a randomly initialised encoder.")
+                        help="name=path, once per checkpoint; 'random' (or name=random) for a randomly initialised encoder.")
     parser.add_argument("--seed", type=int, default=12345, help="The random encoder's initialisation.")
     parser.add_argument("--bert_config_file", required=True)
     parser.add_argument("--vocab_file", required=True)
@@ -106,23 +104,26 @@ def main() -> None:
     parser.add_argument("--pooling", default="cls,mean", help="Comma-separated: cls, mean.")
     args = parser.parse_args()
     paths = dict(item.split("=", 1) if "=" in item else (item, item) for item in args.checkpoint)
-    train_lines, train_labels = pairs(args.task, args.data_dir, "train")
-    if args.max_train_examples:
-        train_lines, train_labels = train_lines[: args.max_train_examples], train_labels[: args.max_train_examples]
-    dev_lines, dev_labels = pairs(args.task, args.data_dir, "dev")
+    labels = {}
     rows = []
-    with tempfile.TemporaryDirectory() as folder:
-        if paths.get("random") == "random":
-            paths["random"] = random_checkpoint(pathlib.Path(folder), args)
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = pathlib.Path(temporary)
+        for split in ("train", "dev"):  # written once, read for every checkpoint and pooling
+            lines, labels[split] = pairs(args.task, args.data_dir, split)
+            if split == "train" and args.max_train_examples:
+                lines, labels[split] = lines[: args.max_train_examples], labels[split][: args.max_train_examples]
+            (folder / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
         for name, path in paths.items():
+            if path == "random":
+                path = random_checkpoint(folder / f"{name}-checkpoint", args)
             for pooling in args.pooling.split(","):
-                train = features(path, train_lines, pathlib.Path(folder), f"{name}-train", pooling, args)
-                dev = features(path, dev_lines, pathlib.Path(folder), f"{name}-dev", pooling, args)
-                rows.append({"checkpoint": name, "pooling": pooling, **probe(train, train_labels, dev, dev_labels)})
-    print(f"{args.task}: linear probe on frozen features of layers {args.layers} "
-          f"(dev majority class {majority(dev_labels):.1f}; {len(train_labels)} training, {len(dev_labels)} dev rows)")
+                train, dev = (features(path, folder / f"{split}.txt", folder / f"{name}-{split}-{pooling}.npy",
+                                       pooling, args) for split in ("train", "dev"))  # fmt: skip
+                rows.append({"checkpoint": name, "pooling": pooling, **probe(train, labels["train"], dev, labels["dev"])})
+    print(f"{args.task}: linear probe on frozen features of layers {args.layers} (dev majority class "
+          f"{majority(labels['dev']):.1f}; {len(labels['train'])} training, {len(labels['dev'])} dev rows)")
     print_table(rows, ["checkpoint", "pooling", "C", "cross_validation", "dev_accuracy"])
-    path = write_json(f"feature_probe_{args.task}", {"args": vars(args), "dev_majority": majority(dev_labels), "probes": rows})
+    path = write_json(f"feature_probe_{args.task}", {"args": vars(args), "dev_majority": majority(labels["dev"]), "probes": rows})
     print("wrote", path)
 
 
